@@ -1,0 +1,119 @@
+"""Bigram statistics of a binarized fairseq split, cached next to the data.
+
+The cache ``<split prefix>.noise-stats.npz`` (for example ``DATA/train.noise-stats.npz`` or
+``DATA/train.en-de.en.noise-stats.npz``) holds the statistics and a key: a hash of the binarized
+data files, of the dictionary's symbols and of the way bigrams are cut. A cache whose key does
+not match (the data or the dictionary changed), or that cannot be read, is rebuilt; it is never
+used silently. When the data directory is read-only the statistics are computed and not cached.
+"""
+
+import hashlib
+import logging
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from .errors import NoisingError
+from .ngram_stats import STATS_FORMAT_VERSION, BigramStats, sentence_stats, stream_stats
+
+logger = logging.getLogger(__name__)
+
+MODES = ("stream", "sentences")
+
+
+def cache_path(prefix: str) -> str:
+    return prefix + ".noise-stats.npz"
+
+
+def read_token_stream(dataset):
+    """All tokens of an indexed dataset as one int64 array, and the sizes of its items."""
+    sizes = np.asarray(dataset.sizes, dtype=np.int64)
+    index = getattr(dataset, "_index", None)
+    buffer = getattr(dataset, "_bin_buffer", None)
+    if index is not None and buffer is not None:  # fairseq's mmap format: one contiguous buffer
+        start = int(index._pointers[0]) if len(sizes) else 0
+        tokens = np.frombuffer(buffer, dtype=index.dtype, count=int(sizes.sum()), offset=start)
+        return tokens.astype(np.int64), sizes
+    if len(dataset) == 0:
+        return np.zeros(0, dtype=np.int64), sizes
+    return np.concatenate([dataset[i].numpy() for i in range(len(dataset))]).astype(np.int64), sizes
+
+
+def _key(prefix: str, symbols, mode: str) -> str:
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(f"v{STATS_FORMAT_VERSION}:{mode}\n".encode())
+    for suffix in (".idx", ".bin"):
+        with open(prefix + suffix, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+    digest.update("\n".join(symbols).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _load(path: str, key: str):
+    """The cached statistics, or None (with the reason logged) when they cannot be used."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            if str(arrays["key"]) != key:
+                logger.warning(
+                    f"noise statistics cache {path} was built for other data or another "
+                    "dictionary; rebuilding it"
+                )
+                return None
+            return BigramStats.from_arrays({name: arrays[name] for name in arrays.files})
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        logger.warning(f"noise statistics cache {path} is unreadable ({e}); rebuilding it")
+        return None
+
+
+def _save(path: str, key: str, stats: BigramStats) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".noise-stats.", suffix=".npz", dir=directory)
+    except OSError as e:
+        logger.warning(f"cannot cache noise statistics in {directory} ({e}); not caching them")
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, key=np.array(key), **stats.to_arrays())
+        os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+    except OSError as e:
+        logger.warning(f"cannot write noise statistics cache {path} ({e}); not caching it")
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_or_build_stats(prefix: str, dataset, dictionary, mode: str, use_cache: bool = True):
+    """Statistics of the binarized split at ``prefix`` (``dataset`` is its loaded indexed dataset).
+
+    ``mode`` is ``"stream"`` (language modeling: bigrams across line ends) or ``"sentences"``
+    (translation: bigrams inside each sentence). Counts are over ``len(dictionary)`` ids.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    vocab_size = len(dictionary)
+    key = _key(prefix, dictionary.symbols, mode)
+    path = cache_path(prefix)
+    if use_cache:
+        stats = _load(path, key)
+        if stats is not None and stats.vocab_size == vocab_size:
+            logger.info(f"loaded noise statistics from {path}")
+            return stats
+    tokens, sizes = read_token_stream(dataset)
+    if tokens.size and int(tokens.max()) >= vocab_size:
+        raise NoisingError(
+            f"the binarized data {prefix}.bin holds token id {int(tokens.max())} but its "
+            f"dictionary has only {vocab_size} symbols: the data and dict file do not match"
+        )
+    if mode == "stream":
+        stats = stream_stats(tokens, vocab_size)
+    else:
+        stats = sentence_stats(tokens, sizes, vocab_size)
+    logger.info(f"computed noise statistics of {prefix} ({tokens.size} tokens)")
+    if use_cache:
+        _save(path, key, stats)
+    return stats

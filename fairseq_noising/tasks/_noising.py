@@ -1,0 +1,93 @@
+"""What both noised tasks share: the noising flags, their checks, and building the noisers."""
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq import utils
+from fairseq.data import data_utils, indexed_dataset
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from omegaconf import II
+
+from ..errors import NoisingError
+from ..noiser import Noiser
+from ..schemes import SCHEMES, build_scheme
+from ..stats_cache import load_or_build_stats
+
+logger = logging.getLogger(__name__)
+
+BLANK_SYMBOL = "<blank>"
+NOISE_SCHEME_CHOICES = ChoiceEnum(list(SCHEMES))
+
+
+@dataclass
+class NoisingConfig(FairseqDataclass):
+    noise_scheme: NOISE_SCHEME_CHOICES = field(
+        default="none",
+        metadata={
+            "help": "data noising scheme applied to training batches (Xie et al., 2017): none, "
+            "blank, uniform, unigram, ad (absolute discounting), kn (bigram Kneser-Ney), mkn "
+            "(Kneser-Ney with modified discounts)"
+        },
+    )
+    noise_gamma: float = field(
+        default=0.0,
+        metadata={"help": "gamma_0, the base noising probability, in [0, 1]"},
+    )
+    seed: int = II("common.seed")
+    train_subset: str = II("dataset.train_subset")
+
+
+def check_gamma(value, flag: str) -> None:
+    if value is not None and not 0.0 <= float(value) <= 1.0:
+        raise NoisingError(f"{flag} must lie in [0, 1], got {value}")
+
+
+def check_data_dir(data) -> str:
+    """The first data directory, which must exist."""
+    if not data:
+        raise NoisingError("no data directory given: pass the binarized data directory (DATA)")
+    path = utils.split_paths(data)[0]
+    if not os.path.isdir(path):
+        raise NoisingError(f"data directory {path} does not exist (expected fairseq-preprocess output)")
+    return path
+
+
+def check_file(path: str, what: str) -> None:
+    if not os.path.isfile(path):
+        raise NoisingError(f"{what} {path} is missing (expected fairseq-preprocess output)")
+
+
+def load_split(prefix: str, dictionary, impl, what: str):
+    """The binarized split at ``prefix``; a one-line error if it is missing or empty."""
+    if not indexed_dataset.dataset_exists(prefix, impl=impl):
+        raise NoisingError(f"{what} {prefix}.bin/.idx is missing (run fairseq-preprocess first)")
+    dataset = data_utils.load_indexed_dataset(prefix, dictionary, impl)
+    if dataset is None or len(dataset) == 0 or int(dataset.sizes.sum()) == 0:
+        raise NoisingError(f"{what} {prefix}.bin is empty: noising statistics need training data")
+    return dataset
+
+
+def add_blank(dictionary) -> int:
+    """Adds ``<blank>`` (whatever the scheme, so every model shares one dictionary)."""
+    return dictionary.add_symbol(BLANK_SYMBOL)
+
+
+def special_ids(dictionary):
+    """Symbols that are never noised nor drawn: the reserved ones but ``<unk>``, and ``<blank>``."""
+    reserved = [i for i in range(dictionary.nspecial) if i != dictionary.unk()]
+    return reserved + [dictionary.index(BLANK_SYMBOL)]
+
+
+def build_noiser(scheme_name, gamma, prefix, dataset, dictionary, mode, seed, side):
+    """A :class:`Noiser` for one side, from the (cached) statistics of its training data."""
+    stats = load_or_build_stats(prefix, dataset, dictionary, mode)
+    blank = dictionary.index(BLANK_SYMBOL)
+    scheme = build_scheme(
+        scheme_name, stats, gamma, special_ids(dictionary), blank_index=blank, vocab_size=len(dictionary)
+    )
+    logger.info(
+        f"noising {prefix} with {scheme_name}, gamma_0={gamma}: mean noising probability "
+        f"{float((scheme.gamma * stats.unigram).sum() / max(stats.num_tokens, 1)):.4f} per token"
+    )
+    return Noiser(scheme, seed=seed, side=side)

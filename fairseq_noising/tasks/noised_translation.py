@@ -1,0 +1,101 @@
+"""``noised_translation``: fairseq's ``translation`` with data noising in training."""
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq import utils
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from ..data.noised_dataset import NoisedDataset
+from ._noising import NoisingConfig, add_blank, build_noiser, check_data_dir, check_gamma, load_split
+
+logger = logging.getLogger(__name__)
+
+NOISE_SIDE_CHOICES = ChoiceEnum(["both", "source", "target"])
+
+# noiser "side" numbers keep the source's and the target's random streams apart
+TARGET_SIDE, SOURCE_SIDE = 0, 1
+
+
+@dataclass
+class NoisedTranslationConfig(TranslationConfig, NoisingConfig):
+    noise_side: NOISE_SIDE_CHOICES = field(
+        default="both",
+        metadata={"help": "which side to noise: both, source (encoder input) or target (decoder)"},
+    )
+    noise_gamma_source: Optional[float] = field(
+        default=None, metadata={"help": "gamma_0 for the source side (default: --noise-gamma)"}
+    )
+    noise_gamma_target: Optional[float] = field(
+        default=None, metadata={"help": "gamma_0 for the target side (default: --noise-gamma)"}
+    )
+
+
+@register_task("noised_translation", dataclass=NoisedTranslationConfig)
+class NoisedTranslationTask(TranslationTask):
+    """Translation whose training batches are noised (every stock option still works).
+
+    The source sentence is noised as context with source statistics; on the target side
+    position k pairs ``prev_output_tokens[:, k]`` with ``target[:, k]``, with target statistics.
+    Statistics count bigrams inside each sentence (with its final ``</s>``). Validation and test
+    data are never noised. ``<blank>`` is always in both dictionaries.
+    """
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        for flag in ("noise_gamma", "noise_gamma_source", "noise_gamma_target"):
+            check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
+        check_data_dir(cfg.data)
+        task = super().setup_task(cfg, **kwargs)
+        add_blank(task.src_dict)
+        add_blank(task.tgt_dict)
+        return task
+
+    def _side_gamma(self, side):
+        value = getattr(self.cfg, f"noise_gamma_{side}")
+        return self.cfg.noise_gamma if value is None else value
+
+    def _prefix(self, data_path, split, lang):
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        for a, b in ((src, tgt), (tgt, src)):
+            prefix = os.path.join(data_path, f"{split}.{a}-{b}.{lang}")
+            if os.path.exists(prefix + ".idx"):
+                return prefix
+        return os.path.join(data_path, f"{split}.{src}-{tgt}.{lang}")
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        is_train = split == self.cfg.train_subset
+        noisers = {}
+        if is_train:
+            paths = utils.split_paths(self.cfg.data)
+            data_path = paths[(epoch - 1) % len(paths)]
+            sides = {"source": (self.cfg.source_lang, self.src_dict, SOURCE_SIDE),
+                     "target": (self.cfg.target_lang, self.tgt_dict, TARGET_SIDE)}
+            for side, (lang, dictionary, number) in sides.items():
+                prefix = self._prefix(data_path, split, lang)
+                raw = load_split(prefix, dictionary, self.cfg.dataset_impl, f"training {side} split")
+                if self.cfg.noise_scheme != "none" and self.cfg.noise_side in ("both", side):
+                    noisers[side] = build_noiser(
+                        self.cfg.noise_scheme,
+                        self._side_gamma(side),
+                        prefix,
+                        raw,
+                        dictionary,
+                        mode="sentences",
+                        seed=self.cfg.seed,
+                        side=number,
+                    )
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        if noisers:
+            self.datasets[split] = NoisedDataset(
+                self.datasets[split],
+                "translation",
+                pad=self.tgt_dict.pad(),
+                source_noiser=noisers.get("source"),
+                target_noiser=noisers.get("target"),
+            )
+        return self.datasets[split]
