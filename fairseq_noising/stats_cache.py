@@ -80,6 +80,9 @@ def _save(path: str, key: str, stats: BigramStats) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, key=np.array(key), **stats.to_arrays())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it normal rights
         os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
     except OSError as e:
         logger.warning(f"cannot write noise statistics cache {path} ({e}); not caching it")
