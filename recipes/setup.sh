@@ -19,7 +19,7 @@ if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   pip install "$TORCH_SPEC"
