@@ -1,10 +1,11 @@
 """Bigram statistics of a binarized fairseq split, cached next to the data.
 
-The cache ``<split prefix>.noise-stats.npz`` (for example ``DATA/train.noise-stats.npz`` or
-``DATA/train.en-de.en.noise-stats.npz``) holds the statistics and a key: a hash of the binarized
+The cache ``<split prefix>.noise_stats.npz`` (for example ``DATA/train.noise_stats.npz`` or
+``DATA/train.en-de.en.noise_stats.npz``) holds the statistics and a key: a hash of the binarized
 data files, of the dictionary's symbols and of the way bigrams are cut. A cache whose key does
 not match (the data or the dictionary changed), or that cannot be read, is rebuilt; it is never
 used silently. When the data directory is read-only the statistics are computed and not cached.
+The names hold no dash: fairseq reads ``split.xx-yy.*`` file names as language pairs.
 """
 
 import hashlib
@@ -24,7 +25,7 @@ MODES = ("stream", "sentences")
 
 
 def cache_path(prefix: str) -> str:
-    return prefix + ".noise-stats.npz"
+    return prefix + ".noise_stats.npz"
 
 
 def read_token_stream(dataset):
@@ -73,7 +74,7 @@ def _load(path: str, key: str):
 def _save(path: str, key: str, stats: BigramStats) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".noise-stats.", suffix=".npz", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=".noise_stats.", suffix=".npz", dir=directory)
     except OSError as e:
         logger.warning(f"cannot cache noise statistics in {directory} ({e}); not caching them")
         return

@@ -53,7 +53,8 @@ over all positions at the end.
 
 Interfaces::
 
-    encoder_out = model.encoder(src_tokens (B, S), src_lengths (B,))
+    encoder_out = model.encoder(src_tokens (B, S), src_lengths (B,))  # lengths are recomputed
+                                                                      # from the non-pad tokens
     # dict: "encoder_out": [Tensor (S, B, H)]   top-layer outputs at the source token positions
     #       "encoder_padding_mask": [BoolTensor (B, S)]  True at <pad>
     #       "encoder_final_h": [Tensor (L, B, H)], "encoder_final_c": [Tensor (L, B, H)]
@@ -115,7 +116,7 @@ def reading_order(
 def reverse_source_tokens(src_tokens: Tensor, padding_idx: int, eos_idx: Optional[int]) -> Tensor:
     """The source as the encoder reads it with ``--reverse-source``, in the original padding
     layout: real tokens reversed (a trailing eos kept last), pads untouched."""
-    order, lengths = reading_order(src_tokens, padding_idx, eos_idx, reverse=False)
+    order, _ = reading_order(src_tokens, padding_idx, eos_idx, reverse=False)
     rev_order, _ = reading_order(src_tokens, padding_idx, eos_idx, reverse=True)
     # token at position j goes to the position whose unreversed reading step is rev_order[j]
     pos_of_step = torch.empty_like(order).scatter_(

@@ -2,14 +2,22 @@
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
+import torch
 from fairseq import utils
+from fairseq.data import iterators
+from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
 from ..data.noised_dataset import NoisedDataset
+from ..data.stateful_bptt_dataset import StatefulBPTTDataset
+from ..errors import NoisingError
 from ..noiser import Noiser
+from ..stats_cache import read_token_stream
+from ._state_carrier import InjectingIterator, StateCarrier
 from ._noising import (
     NoisingConfig,
     add_blank,
@@ -25,7 +33,17 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class NoisedLanguageModelingConfig(LanguageModelingConfig, NoisingConfig):
-    pass
+    stateful_bptt: bool = field(
+        default=False,
+        metadata={
+            "help": "stateful truncated BPTT (Zaremba et al.): cut the training stream into "
+            "--batch-size contiguous rows, read --tokens-per-sample steps of every row per batch "
+            "in order, and carry the LSTM state (detached) from batch to batch; validation reads the "
+            "whole split in --batch-size-valid contiguous rows (fairseq-eval-lm: --batch-size, "
+            "default 1), so every token but a row's first keeps its full left context. Needs a "
+            "model that takes initial_state (noising_lstm_lm)."
+        },
+    )
 
 
 @register_task("noised_language_modeling", dataclass=NoisedLanguageModelingConfig)
@@ -35,7 +53,17 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     Statistics come from the whole training stream (each line followed by ``</s>``, bigrams
     across line ends); position j pairs context ``src_tokens[:, j]`` with ``target[:, j]``.
     Validation and test data are never noised. ``<blank>`` is always in the dictionary.
+
+    With ``--stateful-bptt`` batches are blocks of contiguous rows
+    (:class:`~fairseq_noising.data.stateful_bptt_dataset.StatefulBPTTDataset`) read in order, and
+    the model's final hidden state of one batch is the initial state of the next
+    (:class:`~fairseq_noising.tasks._state_carrier.StateCarrier`); the state is reset at the start
+    of every epoch. Under data-parallel training each rank owns --batch-size rows of its own.
     """
+
+    def __init__(self, args, dictionary, output_dictionary=None, targets=None):
+        super().__init__(args, dictionary, output_dictionary, targets=targets)
+        self.carrier = StateCarrier() if getattr(args, "stateful_bptt", False) else None
 
     @classmethod
     def setup_dictionary(cls, args, **kwargs):
@@ -64,7 +92,13 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         if is_train:
             prefix = self._train_prefix(split, epoch)
             raw = load_split(prefix, self.dictionary, self.args.dataset_impl, "training split")
-        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        if self.carrier is not None:
+            if raw is None:
+                prefix = self._train_prefix(split, 1)
+                raw = load_split(prefix, self.dictionary, self.args.dataset_impl, f"{split} split")
+            self.datasets[split] = self._stateful_dataset(raw, is_train)
+        else:
+            super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         if is_train and self.args.noise_scheme != "none":
             noiser = build_noiser(
                 self.args.noise_scheme,
@@ -81,3 +115,91 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
 
     def wrap_noised(self, dataset, noiser: Noiser):
         return NoisedDataset(dataset, "lm", pad=self.dictionary.pad(), noiser=noiser)
+
+    # --- stateful truncated BPTT --------------------------------------------------------------
+
+    def _stateful_dataset(self, raw, is_train):
+        tokens, _ = read_token_stream(raw)
+        if is_train:
+            if not self.args.batch_size:
+                raise NoisingError("--stateful-bptt needs --batch-size (the number of rows)")
+            rank, world = 0, 1
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                rank = distributed_utils.get_data_parallel_rank()
+                world = distributed_utils.get_data_parallel_world_size()
+            rows = self.args.batch_size
+            row_ids = np.arange(rank * rows, (rank + 1) * rows)
+            num_rows = rows * world
+        else:
+            # evaluation reads the whole split in --batch-size-valid rows (fairseq-eval-lm:
+            # --batch-size; default 1): every token but the first of each row keeps its whole
+            # left context. Every rank evaluates the whole split.
+            num_rows = int(getattr(self.args, "batch_size_valid", None) or self.args.batch_size or 1)
+            row_ids = np.arange(num_rows)
+        try:
+            return StatefulBPTTDataset(tokens, num_rows, row_ids, self.args.tokens_per_sample)
+        except ValueError as e:
+            raise NoisingError(f"--stateful-bptt: {e}")
+
+    def build_model(self, args, from_checkpoint=False):
+        model = super().build_model(args, from_checkpoint)
+        if self.carrier is not None:
+            if "initial_state" not in model.decoder.forward.__code__.co_varnames:
+                raise NoisingError(
+                    f"--stateful-bptt needs a model whose decoder takes initial_state "
+                    f"(such as --arch noising_lstm_lm); {type(model).__name__} does not"
+                )
+            self.carrier.attach(model.decoder)
+        return model
+
+    def get_batch_iterator(self, dataset, num_workers=0, epoch=1, data_buffer_size=0, **kwargs):
+        inner = dataset.dataset if isinstance(dataset, NoisedDataset) else dataset
+        if not isinstance(inner, StatefulBPTTDataset):
+            return super().get_batch_iterator(
+                dataset, num_workers=num_workers, epoch=epoch, data_buffer_size=data_buffer_size,
+                **kwargs
+            )
+        # every item is a whole batch, read in order; rows are already split between ranks
+        dataset.set_epoch(epoch)
+        return iterators.EpochBatchIterator(
+            dataset=dataset,
+            collate_fn=dataset.collater,
+            batch_sampler=[[i] for i in range(len(dataset))],
+            seed=kwargs.get("seed", 1),
+            num_workers=num_workers,
+            epoch=epoch,
+            buffer_size=data_buffer_size,
+            disable_shuffling=True,
+        )
+
+    def begin_epoch(self, epoch, model):
+        super().begin_epoch(epoch, model)
+        if self.carrier is not None:
+            self.carrier.reset("train")
+
+    def begin_valid_epoch(self, epoch, model):
+        super().begin_valid_epoch(epoch, model)
+        if self.carrier is not None:
+            self.carrier.reset("eval")
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.carrier is not None:
+            self.carrier.inject(sample, "train")
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        if self.carrier is not None:
+            self.carrier.inject(sample, "eval")
+        return super().valid_step(sample, model, criterion)
+
+    def eval_lm_dataloader(self, dataset, **kwargs):
+        if self.carrier is None:
+            return super().eval_lm_dataloader(dataset, **kwargs)
+        if kwargs.get("context_window", 0) > 0:
+            raise NoisingError("--context-window does not apply with --stateful-bptt (the state carries all context)")
+        iterator = self.get_batch_iterator(
+            dataset, num_workers=kwargs.get("num_workers", 0),
+            data_buffer_size=kwargs.get("data_buffer_size", 0),
+        ).next_epoch_itr(shuffle=False)
+        self.carrier.reset("eval")
+        return InjectingIterator(iterator, self.carrier, "eval")

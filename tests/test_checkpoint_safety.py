@@ -1,0 +1,207 @@
+"""fairseq checkpoints load under torch's safe loader (``weights_only=True``) once the plugin is in.
+
+Real CLI runs on small slices of the real data (PTB, Multi30k; see ``conftest.py``, which fails
+rather than skips when the data is missing): stock ``lstm_lm``/``lstm`` models trained with
+``fairseq-train --user-dir fairseq_noising``, then loaded with plain ``torch.load``,
+``fairseq-eval-lm``, ``fairseq-train`` (resume from ``checkpoint_last.pt``) and
+``fairseq-generate``.
+"""
+
+import io
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fairseq_noising  # noqa: F401  (registers the allow-list in this process)
+from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = REPO / "fairseq_noising"
+
+LM_ARCH = ["--task", "language_modeling", "--arch", "lstm_lm", "--decoder-embed-dim", 16,
+           "--decoder-hidden-size", 16, "--decoder-out-embed-dim", 16, "--tokens-per-sample", 32]
+COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", 0, "--log-format", "simple",
+          "--seed", 1]
+
+
+# tiny models: one intra-op thread is faster than two fighting over a 2-core machine
+_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _script(name):
+    return os.path.join(os.path.dirname(sys.executable), name)
+
+
+def _run(args, cwd):
+    """Runs a console script of this venv; on failure the assertion shows the end of its output."""
+    proc = subprocess.run([_script(args[0])] + [str(a) for a in args[1:]], cwd=cwd,
+                          capture_output=True, text=True, timeout=600, env=_ENV)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{args[0]} exited {proc.returncode}:\n{out[-6000:]}"
+    return out
+
+
+def _globals_stock_torch_refuses(path):
+    """What ``get_unsafe_globals_in_checkpoint`` reports with no allow-list registered at all."""
+    saved = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    try:
+        return set(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
+    finally:
+        torch.serialization.add_safe_globals(saved)
+
+
+def _train_lm(data, save_dir, max_update, cwd):
+    return _run(["fairseq-train", data, *LM_ARCH, *COMMON, "--optimizer", "adam", "--lr", 0.005,
+                 "--batch-size", 8, "--max-update", max_update, "--save-interval-updates", 2,
+                 "--log-interval", 1, "--save-dir", save_dir], cwd)
+
+
+@pytest.fixture(scope="module")
+def lm_run(ptb_small_bin, tmp_path_factory):
+    """A stock lstm_lm trained for 4 updates (checkpoints at 2 and 4 updates, best, last)."""
+    work = tmp_path_factory.mktemp("ckpt_safety_lm")
+    save_dir = work / "checkpoints"
+    log = _train_lm(ptb_small_bin, save_dir, 4, work)
+    for name in ("checkpoint_1_2.pt", "checkpoint_best.pt", "checkpoint_last.pt"):
+        assert (save_dir / name).is_file(), f"{name} was not written:\n{log[-3000:]}"
+    return {"data": ptb_small_bin, "save_dir": save_dir, "work": work}
+
+
+def test_lm_checkpoint_needs_the_allow_list(lm_run):
+    """The checkpoint really contains non-tensor globals, so the safe loader has work to do."""
+    needed = _globals_stock_torch_refuses(lm_run["save_dir"] / "checkpoint_1_2.pt")
+    assert "argparse.Namespace" in needed
+    # ... and, with the plugin's allow-list in place, nothing is left over
+    assert not torch.serialization.get_unsafe_globals_in_checkpoint(
+        str(lm_run["save_dir"] / "checkpoint_1_2.pt"))
+
+
+def test_safe_torch_load_in_process(lm_run):
+    """After ``import fairseq_noising``, plain ``torch.load`` (weights_only by default) works."""
+    for name in ("checkpoint_1_2.pt", "checkpoint_best.pt"):
+        path = lm_run["save_dir"] / name
+        state = torch.load(path)
+        assert torch.load(path, weights_only=True).keys() == state.keys()
+        assert "decoder.embed_tokens.weight" in state["model"]
+        assert state["extra_state"]["metrics"], "meters are saved in extra_state"
+        assert state["extra_state"]["train_iterator"]["epoch"] == 1
+
+
+_FRESH_PROCESS = r"""
+import pickle, sys
+from fairseq import checkpoint_utils   # stock fairseq, no plugin yet
+path = sys.argv[1]
+try:
+    checkpoint_utils.load_checkpoint_to_cpu(path)
+except pickle.UnpicklingError as e:
+    assert "weights_only" in str(e) or "Weights only" in str(e), str(e)
+    print("STOCK FAILED")
+else:
+    print("STOCK LOADED")
+    sys.exit(3)
+import fairseq_noising                  # the plugin, and nothing else, changes the outcome
+import torch
+torch.load(path)
+state = checkpoint_utils.load_checkpoint_to_cpu(path)
+print("PLUGIN LOADED", state["optimizer_history"][-1]["num_updates"])
+"""
+
+
+def test_plugin_is_what_makes_it_load(lm_run):
+    """In a fresh interpreter stock fairseq cannot load the checkpoint; importing the plugin fixes it."""
+    proc = subprocess.run([sys.executable, "-c", _FRESH_PROCESS,
+                           str(lm_run["save_dir"] / "checkpoint_1_2.pt")],
+                          capture_output=True, text=True, timeout=300, env=_ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "STOCK FAILED" in proc.stdout
+    assert "PLUGIN LOADED 2" in proc.stdout
+
+
+def test_eval_lm_loads_checkpoint(lm_run):
+    out = _run(["fairseq-eval-lm", lm_run["data"], "--path",
+                lm_run["save_dir"] / "checkpoint_1_2.pt", "--task", "language_modeling",
+                "--tokens-per-sample", 32, "--batch-size", 8, "--gen-subset", "valid", *COMMON],
+               lm_run["work"])
+    match = re.search(r"Perplexity: (\S+)", out)
+    assert match, out[-3000:]
+    ppl = float(match.group(1))
+    assert math.isfinite(ppl) and ppl > 1, ppl
+
+
+def test_resume_from_checkpoint_last(lm_run):
+    save_dir = lm_run["save_dir"]
+    out = _train_lm(lm_run["data"], save_dir, 8, lm_run["work"])
+    assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch 1 @ 4 updates\)", out), \
+        out[-3000:]
+    assert "No existing checkpoint found" not in out
+    assert "num_updates: 8 >= max_update: 8" in out, out[-3000:]
+    state = torch.load(save_dir / "checkpoint_last.pt")
+    # the optimizer history of the first run was carried over, and the data iterator continued
+    assert [h["num_updates"] for h in state["optimizer_history"]] == [4, 8]
+    assert state["extra_state"]["train_iterator"]["iterations_in_epoch"] == 8
+    assert (save_dir / "checkpoint_1_6.pt").is_file()
+
+
+def test_translation_checkpoint_with_bleu_meters_generates(multi30k_small_bin, tmp_path):
+    """A stock lstm translation model trained with --eval-bleu: its meters hold numpy arrays."""
+    save_dir = tmp_path / "checkpoints"
+    _run(["fairseq-train", multi30k_small_bin, "--task", "translation", "--arch", "lstm",
+          "--encoder-embed-dim", 16, "--encoder-hidden-size", 16, "--decoder-embed-dim", 16,
+          "--decoder-hidden-size", 16, "--decoder-out-embed-dim", 16, *COMMON,
+          "--optimizer", "sgd", "--lr", 0.5, "--max-tokens", 1000, "--max-update", 3,
+          "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 10}',
+          "--eval-bleu-detok", "space", "--save-dir", save_dir], tmp_path)
+    ckpt = save_dir / "checkpoint_last.pt"
+    needed = _globals_stock_torch_refuses(ckpt)
+    assert "argparse.Namespace" in needed
+    assert {"numpy.ndarray", "numpy.dtype"} <= needed, needed
+    state = torch.load(ckpt)
+    valid = dict((m[1], m[3]) for m in state["extra_state"]["metrics"]["valid"])
+    assert isinstance(valid["_bleu_counts"]["sum"], np.ndarray)
+
+    out = _run(["fairseq-generate", multi30k_small_bin, "--path", ckpt, "--task", "translation",
+                "--gen-subset", "valid", "--beam", 2, "--max-len-b", 20, "--batch-size", 64,
+                "--scoring", "sacrebleu", *COMMON], tmp_path)
+    assert re.search(r"Generate valid with beam=2: BLEU", out), out[-3000:]
+
+
+def test_allow_list_is_idempotent_and_narrow():
+    first = allow_fairseq_checkpoints()
+    assert allow_fairseq_checkpoints() == first
+    registered = torch.serialization.get_safe_globals()
+    for entry in first:
+        assert entry in registered
+    # arrays of plain numbers load; object arrays (arbitrary pickles inside) are still refused
+    buf = io.BytesIO()
+    torch.save({"a": np.arange(3), "s": np.float64(0.5)}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert loaded["a"].tolist() == [0, 1, 2] and loaded["s"] == 0.5
+    buf = io.BytesIO()
+    torch.save({"o": np.array([{"x": 1}], dtype=object)}, buf)
+    buf.seek(0)
+    with pytest.raises(Exception, match="ObjectDType|not an allowed global|allowlisted"):
+        torch.load(buf)
+
+
+@pytest.mark.skipif(torch.__version__ < "2.6", reason="aliases need torch >= 2.6 add_safe_globals")
+def test_numpy_1x_module_paths_load():
+    """Checkpoints written under numpy 1.x name ``numpy.core.multiarray``; numpy 2 ``numpy._core``."""
+    buf = io.BytesIO()
+    torch.save({"a": np.arange(3), "s": np.float64(0.5)}, buf, _use_new_zipfile_serialization=False)
+    raw = buf.getvalue()
+    other = (b"numpy.core.multiarray" if b"numpy._core.multiarray" in raw
+             else b"numpy._core.multiarray")
+    rewritten = raw.replace(b"numpy._core.multiarray", other).replace(
+        b"numpy.core.multiarray", other)
+    assert other in rewritten
+    loaded = torch.load(io.BytesIO(rewritten))
+    assert loaded["a"].tolist() == [0, 1, 2] and loaded["s"] == 0.5

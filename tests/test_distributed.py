@@ -1,0 +1,112 @@
+"""Two-rank distributed training with noising: two real ``fairseq-train`` processes, gloo on CPU.
+
+Stock fairseq lowers the root logger of every rank but 0 to WARNING (``distributed_init``), so
+rank 1 would never print the plugin's "noising ... with kn" line. The test puts a
+``sitecustomize.py`` on the ranks' PYTHONPATH that only sets the ``fairseq_noising`` logger to
+INFO (an explicit level on a logger wins over its ancestors'); it changes nothing else.
+"""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+import numpy as np
+
+from conftest import PLUGIN_DIR, cli
+
+SITECUSTOMIZE = """\
+import logging
+logging.getLogger("fairseq_noising").setLevel(logging.INFO)
+"""
+
+TIMEOUT = 420  # seconds for both ranks together; the machine is small and shared
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(ptb_small_bin, data, ignore=shutil.ignore_patterns("*.noise-stats.npz"))
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+    }
+    save_dir = tmp_path / "ckpt"
+    port = free_port()
+    common = [
+        cli("fairseq-train"), str(data), "--user-dir", str(PLUGIN_DIR),
+        "--task", "noised_language_modeling", "--noise-scheme", "kn", "--noise-gamma", "0.2",
+        "--arch", "lstm_lm", "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
+        "--decoder-out-embed-dim", "16",
+        "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "1",
+        "--max-update", "4", "--batch-size", "20", "--required-batch-size-multiple", "1",
+        "--tokens-per-sample", "35", "--optimizer", "adam", "--lr", "0.001",
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--distributed-world-size", "2", "--distributed-backend", "gloo",
+        "--ddp-backend", "legacy_ddp", "--distributed-no-spawn",
+        "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+    ]
+    procs, logs = [], []
+    try:
+        for rank in (0, 1):
+            out = open(tmp_path / f"rank{rank}.log", "w+")
+            logs.append(out)
+            procs.append(subprocess.Popen(
+                common + ["--distributed-rank", str(rank)],
+                stdout=out, stderr=subprocess.STDOUT, env=env, text=True,
+            ))
+        deadline = time.monotonic() + TIMEOUT
+        while any(p.poll() is None for p in procs):
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break  # one rank died (the other would wait for it forever) or too slow
+            time.sleep(0.5)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        texts = []
+        for out in logs:
+            out.seek(0)
+            texts.append(out.read())
+            out.close()
+
+    codes = [p.returncode for p in procs]
+    assert codes == [0, 0], (
+        f"exit codes {codes} (a negative code: killed after a failure or {TIMEOUT} s)\n"
+        + "\n".join(f"--- rank {r} ---\n{t[-4000:]}" for r, t in enumerate(texts))
+    )
+    rank0, rank1 = texts
+    for rank, text in enumerate(texts):
+        assert "Traceback" not in text, text[-4000:]
+        assert f"as rank {rank}" in text, f"rank {rank} never joined the process group"
+        noising = re.findall(r"noising \S+train with (\w+), gamma_0=0\.2", text)
+        assert noising == ["kn"], f"rank {rank} did not build its kn noiser:\n{text[-4000:]}"
+
+    # rank 0 logs the updates and the validation after the 4th
+    updates = [int(n) for n in re.findall(r"train_inner \| .*num_updates=(\d+)", rank0)]
+    assert updates == [1, 2, 3, 4], rank0[-4000:]
+    # each update aggregates one 20-sentence batch from each rank
+    assert re.findall(r"train_inner \| .*bsz=(\d+)", rank0) == ["40"] * 4
+    valid = re.search(r"valid on 'valid' subset \| loss (\S+) .*num_updates 4", rank0)
+    assert valid, rank0[-4000:]
+    assert np.isfinite(float(valid.group(1)))
+    assert (save_dir / "checkpoint_last.pt").is_file()
+
+    # both ranks built the statistics; concurrent writes still leave one valid cache
+    with np.load(data / "train.noise-stats.npz", allow_pickle=False) as arrays:
+        assert arrays["unigram"].sum() > 0
+    assert not list(data.glob(".noise-stats.*")), "a temporary cache file was left behind"

@@ -1,0 +1,317 @@
+"""``fairseq-noise-preview`` on real data: its JSON Lines hold exactly the noise that training's
+``NoisedDataset.collater`` gives for the same seed and epoch, its summary matches the scheme's
+expected noising rate, and bad input ends with one line.
+
+Most runs are in-process (``preview.main``) to keep the suite fast; one goes through the
+installed console script.
+"""
+
+import io
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import PLUGIN_DIR, build_task, cli, head_lines, lm_task_argv, require_shared
+from fairseq_noising.cli import preview
+from fairseq_noising.errors import NoisingError
+
+LM_KEYS = {"id", "input", "input_noised", "target", "target_noised"}
+MT_KEYS = {"id", "source", "source_noised", "prev_output", "prev_output_noised", "target",
+           "target_noised"}
+SEED, EPOCH, GAMMA = 7, 3, 0.2
+
+
+def fairseq_preprocess(*argv):
+    """Runs fairseq-preprocess's own ``main`` in-process (saves starting Python and fairseq)."""
+    import logging
+
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    args = options.get_preprocessing_parser().parse_args([str(a) for a in argv] + ["--workers", "1"])
+    log = logging.getLogger(preprocess.__name__)
+    handlers = list(log.handlers)
+    try:
+        preprocess.main(args)
+    finally:
+        for handler in set(log.handlers) - set(handlers):  # main() adds a preprocess.log handler
+            log.removeHandler(handler)
+            handler.close()
+    return args.destdir
+
+
+@pytest.fixture(scope="module")
+def ptb(tmp_path_factory):
+    """The first 3000 training lines of PTB and 300 of valid, binarized."""
+    source = require_shared("ptb")
+    raw = tmp_path_factory.mktemp("preview_ptb")
+    head_lines(source / "ptb.train.txt", raw / "train.txt", 3000)
+    head_lines(source / "ptb.valid.txt", raw / "valid.txt", 300)
+    return fairseq_preprocess("--only-source", "--trainpref", raw / "train.txt", "--validpref",
+                              raw / "valid.txt", "--destdir", raw / "bin")
+
+
+@pytest.fixture(scope="module")
+def multi30k(tmp_path_factory):
+    """The first 2000 Multi30k En-De training pairs and 200 of val, binarized (the files' extra
+    final empty line is dropped)."""
+    source = require_shared("multi30k")
+    raw = tmp_path_factory.mktemp("preview_m30k")
+    for split, name, n in (("train", "train", 2000), ("valid", "val", 200)):
+        for lang in ("en", "de"):
+            head_lines(source / f"{name}.{lang}", raw / f"{split}.{lang}", n)
+    return fairseq_preprocess("-s", "en", "-t", "de", "--trainpref", raw / "train", "--validpref",
+                              raw / "valid", "--destdir", raw / "bin")
+
+
+def run_preview(argv, output=None):
+    """Runs the preview in-process; returns (summary, printed text, JSONL records)."""
+    argv = [str(a) for a in argv]
+    if output is not None:
+        argv += ["--output", str(output)]
+    out = io.StringIO()
+    summary = preview.main(argv, stdout=out)
+    records = None
+    if output is not None:
+        with open(output, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+    return summary, out.getvalue(), records
+
+
+def lm_argv(data, *extra, epoch=EPOCH):
+    return [data, "--task", "noised_language_modeling", "--noise-scheme", "kn", "--noise-gamma",
+            GAMMA, "--seed", SEED, "--epoch", epoch, "--tokens-per-sample", 35, *extra]
+
+
+def mt_argv(data, *extra):
+    return [data, "--task", "noised_translation", "--noise-scheme", "kn", "--noise-gamma", 0.3,
+            "--seed", SEED, "--epoch", EPOCH, "-s", "en", "-t", "de", *extra]
+
+
+@pytest.fixture(scope="module")
+def lm_run(ptb, tmp_path_factory):
+    path = tmp_path_factory.mktemp("preview_lm") / "kn.jsonl"
+    summary, text, records = run_preview(lm_argv(ptb), output=path)
+    return summary, text, records, path
+
+
+@pytest.fixture(scope="module")
+def lm_task(ptb):
+    """The task as fairseq-train builds it, with the preview's seed; the training split loaded."""
+    task, _ = build_task(lm_task_argv(ptb, "kn", GAMMA, "--seed", SEED))
+    task.load_dataset("train")
+    task.dataset("train").set_epoch(EPOCH)
+    return task
+
+
+def strings(dictionary, row):
+    return [dictionary[int(i)] for i in row if int(i) != dictionary.pad()]
+
+
+def sample_ids(n):
+    return sorted({0, 1, 5, 17, 64, 65, n // 2, n - 2, n - 1})
+
+
+# ------------------------------------------------------------------------- language modeling
+
+
+def test_lm_jsonl_has_one_object_per_example(lm_run, lm_task):
+    _, _, records, _ = lm_run
+    n = len(lm_task.dataset("train"))
+    assert n > 1000  # 3000 PTB lines cut into blocks of 35 tokens
+    assert [r["id"] for r in records] == list(range(n))
+    for r in records:
+        assert set(r) == LM_KEYS
+        assert len(r["input"]) == len(r["input_noised"]) == len(r["target"]) == len(r["target_noised"])
+        assert len(r["input"]) > 0 and "<pad>" not in r["input"] + r["input_noised"]
+    # the clean columns are the data itself: the target is the input shifted by one
+    assert records[0]["input"][1:] == records[0]["target"][:-1]
+
+
+def test_lm_noise_is_what_training_collates(lm_run, lm_task):
+    _, _, records, _ = lm_run
+    wrapper = lm_task.dataset("train")
+    d = lm_task.dictionary
+    ids = sample_ids(len(wrapper))
+    batch = wrapper.collater([wrapper[i] for i in ids[::-1]])  # another batch, another order
+    assert batch["id"].tolist() == ids[::-1]
+    for row, i in enumerate(batch["id"].tolist()):
+        assert records[i]["input_noised"] == strings(d, batch["net_input"]["src_tokens"][row])
+        assert records[i]["target_noised"] == strings(d, batch["target"][row])
+    clean = wrapper.dataset.collater([wrapper.dataset[i] for i in ids])
+    for row, i in enumerate(ids):
+        assert records[i]["input"] == strings(d, clean["net_input"]["src_tokens"][row])
+        assert records[i]["target"] == strings(d, clean["target"][row])
+    noised_anywhere = sum(records[i]["input"] != records[i]["input_noised"] for i in ids)
+    assert noised_anywhere >= len(ids) // 2
+
+
+def test_lm_changes_only_at_fired_positions_and_kn_targets_follow(lm_run, lm_task):
+    _, _, records, _ = lm_run
+    wrapper = lm_task.dataset("train")
+    ids = list(range(0, len(wrapper), 7))
+    clean = wrapper.dataset.collater([wrapper.dataset[i] for i in ids])
+    _, details = wrapper.noise_batch(clean, EPOCH)
+    fired = details["target"].fired
+    target_changes = input_changes = both = 0
+    for row, i in enumerate(clean["id"].tolist()):
+        r = records[i]
+        n = len(r["input"])  # LM batches are right-padded: the example is the row's first n
+        changed_in = np.array(r["input"]) != np.array(r["input_noised"])
+        changed_tgt = np.array(r["target"]) != np.array(r["target_noised"])
+        assert not (changed_in & ~fired[row, :n]).any(), f"input of {i} changed where nothing fired"
+        # kn: a target is replaced only where its context token was noised (the context's draw
+        # can return the same token, so "noised" is read from the noise details)
+        assert not (changed_tgt & ~fired[row, :n]).any(), f"target of {i} changed, input not noised"
+        input_changes += int(changed_in.sum())
+        target_changes += int(changed_tgt.sum())
+        both += int((changed_in & changed_tgt).sum())
+    assert input_changes > 100 and target_changes > 100
+    assert both >= 0.9 * target_changes  # almost always the input visibly changed as well
+
+
+def test_lm_summary_matches_expected_gamma(lm_run, lm_task):
+    summary, text, records, _ = lm_run
+    scheme = lm_task.dataset("train").noiser.scheme
+    d = lm_task.dictionary
+    tokens = np.array([d.index(t) for r in records for t in r["input"]])
+    expected = float(scheme.gamma[tokens].mean())  # mean gamma over the context positions
+    s = summary["target"]
+    assert s["positions"] == tokens.size
+    assert 0.05 < expected < GAMMA  # kn discounts gamma_0
+    assert s["expected_fraction"] == pytest.approx(expected, rel=1e-9)
+    sd = np.sqrt(expected * (1 - expected) / tokens.size)
+    assert abs(s["noised_fraction"] - expected) < 5 * sd + 1e-3
+    changed = sum(a != b for r in records for a, b in zip(r["input"], r["input_noised"]))
+    assert s["changed_fraction"] == pytest.approx(changed / tokens.size)
+    assert 0 < s["targets_replaced_fraction"] <= s["noised_fraction"]
+    # the printed summary: the rates, the ten most frequent replacements, marked examples
+    assert f"{s['noised_fraction']:.2%} of {tokens.size:,} positions noised" in text
+    assert "targets (target):" in text
+    top = [line for line in text.splitlines() if line.startswith("[lm] top replacements in input:")]
+    assert len(top) == 1 and top[0].count("(") == 10
+    assert "→" in text and "id 0" in text and "id 2" in text and "id 3" not in text
+
+
+def test_same_epoch_and_seed_identical_other_epoch_differs(ptb, lm_run, tmp_path):
+    _, _, records, path = lm_run
+    k = 300
+    same_path, other_path = tmp_path / "same.jsonl", tmp_path / "other.jsonl"
+    run_preview(lm_argv(ptb, "--max-examples", k), output=same_path)
+    run_preview(lm_argv(ptb, "--max-examples", k, epoch=EPOCH + 1), output=other_path)
+    full = path.read_text(encoding="utf-8").splitlines()
+    assert same_path.read_text(encoding="utf-8").splitlines() == full[:k]
+    other = [json.loads(line) for line in other_path.read_text(encoding="utf-8").splitlines()]
+    assert [r["input"] for r in other] == [r["input"] for r in records[:k]]
+    differing = sum(a["input_noised"] != b["input_noised"] for a, b in zip(other, records))
+    assert differing > k // 2
+
+
+# ------------------------------------------------------------------------------- translation
+
+
+@pytest.fixture(scope="module")
+def mt_runs(multi30k, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("preview_mt")
+    both = run_preview(mt_argv(multi30k), output=folder / "both.jsonl")
+    source = run_preview(mt_argv(multi30k, "--noise-side", "source"),
+                         output=folder / "source.jsonl")
+    return both, source
+
+
+def test_translation_jsonl_is_what_training_collates(mt_runs, multi30k):
+    (summary, text, records), _ = mt_runs
+    task, _ = build_task(
+        [multi30k, "--user-dir", PLUGIN_DIR, "--task", "noised_translation", "--arch",
+         "lstm", "--noise-scheme", "kn", "--noise-gamma", 0.3, "--seed", SEED, "-s", "en", "-t", "de"]
+    )
+    task.load_dataset("train")
+    wrapper = task.dataset("train")
+    wrapper.set_epoch(EPOCH)
+    assert [r["id"] for r in records] == list(range(len(wrapper)))
+    assert all(set(r) == MT_KEYS for r in records)
+    ids = sample_ids(len(wrapper))
+    batch = wrapper.collater([wrapper[i] for i in ids])  # sorted by source length inside
+    for row, i in enumerate(batch["id"].tolist()):
+        r = records[i]
+        assert r["source_noised"] == strings(task.src_dict, batch["net_input"]["src_tokens"][row])
+        assert r["prev_output_noised"] == strings(
+            task.tgt_dict, batch["net_input"]["prev_output_tokens"][row])
+        assert r["target_noised"] == strings(task.tgt_dict, batch["target"][row])
+        assert r["target"][-1] == "</s>" and r["prev_output"][0] == "</s>"
+    assert set(summary) == {"source", "target"}
+    for side in ("source", "target"):
+        s = summary[side]
+        assert abs(s["noised_fraction"] - s["expected_fraction"]) < 0.02
+    assert "[source] context (source):" in text and "[target] targets (target):" in text
+
+
+def test_translation_source_side_leaves_the_target_alone(mt_runs):
+    (_, _, both), (summary, text, records) = mt_runs
+    assert set(summary) == {"source"} and "[target] not noised (--noise-side source)" in text
+    assert all(set(r) == MT_KEYS for r in records)
+    for r in records:
+        assert r["prev_output_noised"] == r["prev_output"]
+        assert r["target_noised"] == r["target"]
+    assert sum(r["source_noised"] != r["source"] for r in records) > len(records) // 5
+    # each side has its own random stream: the source noise is the same whether or not the
+    # target side is noised too
+    assert [r["source_noised"] for r in records] == [r["source_noised"] for r in both]
+    assert sum(r["target_noised"] != r["target"] for r in both) > 0
+
+
+# ------------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture(scope="module", autouse=True)
+def script_run(ptb, tmp_path_factory):
+    """The installed console script asked to overwrite an existing file without --force.
+
+    Started when the module starts and collected by its test: starting Python and fairseq takes
+    most of its time, which then overlaps the in-process tests."""
+    existing = tmp_path_factory.mktemp("preview_script") / "taken.jsonl"
+    existing.write_text("precious\n", encoding="utf-8")
+    before = existing.stat()
+    argv = [cli("fairseq-noise-preview")] + [str(a) for a in lm_argv(ptb)] + ["--output", str(existing)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield proc, existing, before
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def test_existing_output_is_not_overwritten_without_force(ptb, script_run):
+    proc, existing, before = script_run
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0, stdout
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and str(existing) in errors[0] and "--force" in errors[0]
+    assert existing.read_text(encoding="utf-8") == "precious\n"
+    assert existing.stat().st_mtime_ns == before.st_mtime_ns
+    # with --force it is replaced by the preview
+    _, _, records = run_preview(lm_argv(ptb, "--max-examples", 5, "--force"), output=existing)
+    assert [r["id"] for r in records] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{tmp}/missing", "--noise-scheme", "kn", "--noise-gamma", 0.2], "does not exist"),
+        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 1.5], "--noise-gamma"),
+        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 0.2, "--split", "nosuch"], "nosuch"),
+        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 0.2, "--epoch", 0], "--epoch"),
+        (["{ptb}", "--task", "translation"], "cannot be previewed"),
+        (["{ptb}", "--noise-scheme", "kn", "--output", "{tmp}/no/dir/x.jsonl"], "does not exist"),
+        (["{ptb}", "--noise-scheme", "bogus"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line(argv, message, ptb, tmp_path):
+    argv = [str(a).format(ptb=ptb, tmp=tmp_path) for a in argv]
+    with pytest.raises(NoisingError) as error:
+        preview.main(argv, stdout=io.StringIO())
+    text = str(error.value)
+    assert text.startswith("fairseq-noising: error: ") and "\n" not in text and message in text
+    assert error.value.code != 0
