@@ -58,7 +58,10 @@ def _load(path: str, key: str):
     if not os.path.exists(path):
         return None
     try:
-        with np.load(path, allow_pickle=False) as arrays:
+        arrays = np.load(path, allow_pickle=False)
+        if not isinstance(arrays, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with arrays:
             if str(arrays["key"]) != key:
                 logger.warning(
                     f"noise statistics cache {path} was built for other data or another "

@@ -139,8 +139,8 @@ CASES = [
     ("lm-dict-only-no-splits", lm_dict_only, ["{data}/", "missing"]),
     ("mt-missing-target-dict", mt_without_target_dict, ["{data}/dict.de.txt", "missing"]),
     ("lm-empty-train-split", lm_empty_train, ["{data}/train", "empty"]),
-    ("lm-dict-mismatch-kn", lm_mismatched_dict("kn"), ["{data}/train.bin", "dict", "do not match"]),
-    ("lm-dict-mismatch-none", lm_mismatched_dict("none"), ["{data}/train.bin", "dict"]),
+    ("lm-dict-mismatch-kn", lm_mismatched_dict("kn"), ["{data}/", ".bin", "dict", "do not match"]),
+    ("lm-dict-mismatch-none", lm_mismatched_dict("none"), ["{data}/", ".bin", "dict", "do not match"]),
 ]
 
 

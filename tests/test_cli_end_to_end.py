@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import PLUGIN_DIR, run_cli
+from fairseq_noising.stats_cache import cache_path
 
 SCHEMES = ["none", "blank", "uniform", "unigram", "ad", "kn", "mkn"]
 
@@ -36,13 +37,14 @@ MT_MODEL = ["--arch", "lstm", "--encoder-embed-dim", "16", "--encoder-hidden-siz
             "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
             "--decoder-out-embed-dim", "16"]
 
-LM_CACHES = ["train.noise-stats.npz"]
-MT_CACHES = ["train.en-de.en.noise-stats.npz", "train.en-de.de.noise-stats.npz"]
+# the statistics caches of the training splits (train.noise_stats.npz, ...)
+LM_CACHES = [os.path.basename(cache_path("train"))]
+MT_CACHES = [os.path.basename(cache_path(f"train.en-de.{lang}")) for lang in ("en", "de")]
 
 
 def private_copy(src, dst):
     """A copy of a binarized data folder without any statistics cache, for one test alone."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.noise-stats.npz", ".noise-stats.*"))
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*noise?stats*"))
     return dst
 
 

@@ -23,6 +23,7 @@ def test_row_r_of_batch_i_plus_one_continues_row_r_of_batch_i():
         np.testing.assert_array_equal(contexts[r].numpy(), row[:-1])
         np.testing.assert_array_equal(targets[r].numpy(), row[1:])
     assert batches[-1]["net_input"]["src_tokens"].size(1) == row_length - 7 * (len(dataset) - 1)
+    assert all(b["target"].is_contiguous() and b["net_input"]["src_tokens"].is_contiguous() for b in batches)
     ids = torch.cat([b["id"] for b in batches])
     assert ids.unique().numel() == ids.numel(), "example ids must be unique (they key the noise)"
 

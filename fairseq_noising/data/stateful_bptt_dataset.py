@@ -51,8 +51,8 @@ class StatefulBPTTDataset(FairseqDataset):
         columns = slice(index * self.block_size, (index + 1) * self.block_size)
         return {
             "index": index,
-            "source": self.contexts[:, columns],
-            "target": self.targets[:, columns],
+            "source": self.contexts[:, columns].contiguous(),
+            "target": self.targets[:, columns].contiguous(),
         }
 
     def example_ids(self, index):

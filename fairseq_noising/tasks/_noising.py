@@ -12,7 +12,7 @@ from omegaconf import II
 from ..errors import NoisingError
 from ..noiser import Noiser
 from ..schemes import SCHEMES, build_scheme
-from ..stats_cache import load_or_build_stats
+from ..stats_cache import load_or_build_stats, read_token_stream
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +62,18 @@ def load_split(prefix: str, dictionary, impl, what: str):
     """The binarized split at ``prefix``; a one-line error if it is missing or empty."""
     if not indexed_dataset.dataset_exists(prefix, impl=impl):
         raise NoisingError(f"{what} {prefix}.bin/.idx is missing (run fairseq-preprocess first)")
+    empty = f"{what} {prefix}.bin is empty: expected binarized text"
+    if os.path.getsize(prefix + ".bin") == 0:
+        raise NoisingError(empty)
     dataset = data_utils.load_indexed_dataset(prefix, dictionary, impl)
     if dataset is None or len(dataset) == 0 or int(dataset.sizes.sum()) == 0:
-        raise NoisingError(f"{what} {prefix}.bin is empty: noising statistics need training data")
+        raise NoisingError(empty)
+    tokens, _ = read_token_stream(dataset)
+    if int(tokens.max()) >= len(dictionary):
+        raise NoisingError(
+            f"{what} {prefix}.bin holds token id {int(tokens.max())} but its dictionary has only "
+            f"{len(dictionary)} symbols: the data and the dict file do not match"
+        )
     return dataset
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from fairseq import utils
-from fairseq.data import iterators
+from fairseq.data import indexed_dataset, iterators
 from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
@@ -82,7 +82,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         check_gamma(args.noise_gamma, "--noise-gamma")
         return super().setup_task(args, **kwargs)
 
-    def _train_prefix(self, split, epoch):
+    def _split_prefix(self, split, epoch):
         paths = utils.split_paths(self.args.data)
         return os.path.join(paths[(epoch - 1) % len(paths)], split)
 
@@ -90,11 +90,16 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         is_train = split == getattr(self.args, "train_subset", "train")
         raw = None
         if is_train:
-            prefix = self._train_prefix(split, epoch)
+            prefix = self._split_prefix(split, epoch)
             raw = load_split(prefix, self.dictionary, self.args.dataset_impl, "training split")
+        elif not indexed_dataset.dataset_exists(self._split_prefix(split, 1), impl=self.args.dataset_impl):
+            raise NoisingError(
+                f"{split} split {self._split_prefix(split, 1)}.bin/.idx is missing "
+                "(run fairseq-preprocess with --validpref/--testpref, or pass --valid-subset)"
+            )
         if self.carrier is not None:
             if raw is None:
-                prefix = self._train_prefix(split, 1)
+                prefix = self._split_prefix(split, 1)
                 raw = load_split(prefix, self.dictionary, self.args.dataset_impl, f"{split} split")
             self.datasets[split] = self._stateful_dataset(raw, is_train)
         else:

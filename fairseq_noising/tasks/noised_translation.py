@@ -6,12 +6,22 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from fairseq import utils
+from fairseq.data import data_utils
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.noised_dataset import NoisedDataset
-from ._noising import NoisingConfig, add_blank, build_noiser, check_data_dir, check_gamma, load_split
+from ..errors import NoisingError
+from ._noising import (
+    NoisingConfig,
+    add_blank,
+    build_noiser,
+    check_data_dir,
+    check_file,
+    check_gamma,
+    load_split,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +59,15 @@ class NoisedTranslationTask(TranslationTask):
     def setup_task(cls, cfg, **kwargs):
         for flag in ("noise_gamma", "noise_gamma_source", "noise_gamma_target"):
             check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
-        check_data_dir(cfg.data)
+        data_dir = check_data_dir(cfg.data)
+        if cfg.source_lang is None or cfg.target_lang is None:
+            cfg.source_lang, cfg.target_lang = data_utils.infer_language_pair(data_dir)
+            if cfg.source_lang is None or cfg.target_lang is None:
+                raise NoisingError(
+                    f"cannot tell the language pair of {data_dir}: pass --source-lang and --target-lang"
+                )
+        for lang in (cfg.source_lang, cfg.target_lang):
+            check_file(os.path.join(data_dir, f"dict.{lang}.txt"), f"{lang} dictionary")
         task = super().setup_task(cfg, **kwargs)
         add_blank(task.src_dict)
         add_blank(task.tgt_dict)
