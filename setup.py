@@ -22,6 +22,7 @@ setup(
     entry_points={
         "console_scripts": [
             "fairseq-noise-preview = fairseq_noising.cli.preview:cli_main",
+            "fairseq-noise-analyze = fairseq_noising.cli.analyze:cli_main",
         ]
     },
 )

@@ -1,0 +1,117 @@
+"""Per-epoch perplexities and the noising configuration read from fairseq training logs.
+
+Understands the ``simple``, ``tqdm`` and ``json`` log formats of ``fairseq-train`` (and any mix,
+for instance a resumed run). The lines used are the end-of-epoch summaries:
+
+- simple/tqdm: ``... | train | epoch 003 | loss 5.1 | ppl 34.3 | ...`` and
+  ``... | valid | epoch 003 | valid on 'valid' subset | loss 5.3 | ppl 39.4 | ...``;
+- json: ``... | train | {"epoch": 3, "train_loss": "5.1", "train_ppl": "34.3", ...}`` and
+  ``... | valid | {"epoch": 3, "valid_loss": "5.3", "valid_ppl": "39.4", ...}``.
+
+Per-update lines (``train_inner``) are ignored. When an epoch appears twice (a run resumed
+from a checkpoint of the middle of an epoch), the last value wins. ``ppl`` is the one fairseq
+prints (2 ** loss, loss in bits). The noising scheme and gamma_0 are read from the configuration
+dump at the start of a run (``'noise_scheme': kn, 'noise_gamma': 0.2``).
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+_SIMPLE_VALID = re.compile(r"epoch (\d+) \| valid on '([^']+)' subset \| (.*)$")
+_SIMPLE_TRAIN = re.compile(r"(?:^|\| )epoch (\d+) \| (loss [^|]*\|.*)$")
+_SCHEME = re.compile(r"'noise_scheme': '?([A-Za-z_]+)'?")
+_GAMMA = re.compile(r"'noise_gamma': ([0-9.eE+-]+)")
+
+
+@dataclass
+class RunLog:
+    path: str = ""
+    train_ppl: Dict[int, float] = field(default_factory=dict)
+    valid_ppl: Dict[int, float] = field(default_factory=dict)
+    noise_scheme: Optional[str] = None
+    noise_gamma: Optional[float] = None
+
+    @property
+    def best_valid_ppl(self) -> Optional[float]:
+        return min(self.valid_ppl.values()) if self.valid_ppl else None
+
+    @property
+    def best_valid_epoch(self) -> Optional[int]:
+        if not self.valid_ppl:
+            return None
+        return min(self.valid_ppl, key=lambda e: (self.valid_ppl[e], e))
+
+
+def _pipes(text: str) -> Dict[str, str]:
+    out = {}
+    for part in text.split("|"):
+        part = part.strip()
+        if " " in part:
+            key, value = part.split(" ", 1)
+            out[key] = value.strip()
+    return out
+
+
+def _ppl(stats: Dict[str, str], prefix: str = "") -> Optional[float]:
+    if prefix + "ppl" in stats:
+        return float(stats[prefix + "ppl"])
+    if prefix + "loss" in stats:  # a log without ppl: fairseq's loss is in bits
+        return float(2.0 ** float(stats[prefix + "loss"]))
+    return None
+
+
+def parse_log(text: str, path: str = "", subset: str = "valid") -> RunLog:
+    """The per-epoch train and ``subset`` perplexities and the noising settings of one log."""
+    run = RunLog(path=path)
+    for line in text.splitlines():
+        if run.noise_scheme is None:
+            m = _SCHEME.search(line)
+            if m:
+                run.noise_scheme = m.group(1)
+                g = _GAMMA.search(line)
+                if g:
+                    run.noise_gamma = float(g.group(1))
+        if "train_inner" in line:
+            continue
+        brace = line.find('{"epoch"')
+        if brace >= 0:
+            try:
+                stats = json.loads(line[brace:])
+            except ValueError:
+                continue
+            epoch = int(stats["epoch"])
+            value = _ppl(stats, subset + "_")
+            if value is not None:
+                run.valid_ppl[epoch] = value
+            if "train_loss" in stats:  # end-of-epoch train summary (train_inner has "loss")
+                run.train_ppl[epoch] = _ppl(stats, "train_")
+            continue
+        m = _SIMPLE_VALID.search(line)
+        if m:
+            if m.group(2) == subset:
+                value = _ppl(_pipes(m.group(3)))
+                if value is not None:
+                    run.valid_ppl[int(m.group(1))] = value
+            continue
+        m = _SIMPLE_TRAIN.search(line)
+        if m:
+            value = _ppl(_pipes(m.group(2)))
+            if value is not None:
+                run.train_ppl[int(m.group(1))] = value
+    return run
+
+
+def read_log(path: str, subset: str = "valid") -> RunLog:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return parse_log(f.read(), path=path, subset=subset)
+
+
+def ppl_from_best(best: float, metric: str) -> float:
+    """Perplexity from a checkpoint's best ``--best-checkpoint-metric`` value."""
+    if metric in ("loss", "nll_loss"):
+        return float(2.0 ** best)
+    if metric == "ppl":
+        return float(best)
+    raise ValueError(f"cannot turn the best {metric} into a perplexity")

@@ -1,0 +1,97 @@
+"""The figures of ``fairseq-noise-analyze`` (matplotlib with the Agg backend, PNG files)."""
+
+import os
+from typing import Dict, List, Sequence, Tuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _save(fig, path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def kl_bars(labels: Sequence[str], uniform: Sequence[float], unigram: Sequence[float], path: str) -> str:
+    """Figure 3: mean KL to the uniform and unigram distributions, one bar pair per model."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) + 2), 3.5))
+    xs = range(len(labels))
+    width = 0.38
+    ax.bar([x - width / 2 for x in xs], uniform, width, label="uniform")
+    ax.bar([x + width / 2 for x in xs], unigram, width, label="unigram")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=20, ha="right")
+    ax.set_ylabel("mean KL divergence (nats)")
+    ax.legend()
+    return _save(fig, path)
+
+
+def unseen_bars(labels, bigram_ppl, trigram_ppl, path: str) -> str:
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) + 2), 3.5))
+    xs = range(len(labels))
+    width = 0.38
+    ax.bar([x - width / 2 for x in xs], bigram_ppl, width, label="unseen bigrams")
+    ax.bar([x + width / 2 for x in xs], trigram_ppl, width, label="unseen trigrams")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=20, ha="right")
+    ax.set_ylabel("perplexity of the last token")
+    ax.set_yscale("log")
+    ax.legend()
+    return _save(fig, path)
+
+
+def sweep_lines(series: Dict[str, List[Tuple[float, float]]], path: str) -> str:
+    """Figure 2: validation perplexity against gamma_0, one line per scheme.
+
+    Runs without noising (scheme ``none``) are drawn as a horizontal dashed baseline (the best).
+    """
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for scheme, points in sorted(series.items()):
+        points = sorted(points)
+        if scheme == "none":
+            ax.axhline(min(p for _, p in points), ls="--", color="k", lw=1, label="none")
+            continue
+        ax.plot([g for g, _ in points], [p for _, p in points], marker="o", label=scheme)
+    ax.set_xlabel(r"$\gamma_0$")
+    ax.set_ylabel("validation perplexity")
+    ax.legend()
+    return _save(fig, path)
+
+
+def curves(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]], path: str) -> str:
+    """Figure 1: training (dashed) and validation (solid) perplexity per epoch, per run."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for i, (label, (train, valid)) in enumerate(runs.items()):
+        color = f"C{i % 10}"
+        if train:
+            es = sorted(train)
+            ax.plot(es, [train[e] for e in es], ls="--", color=color, label=f"{label} train")
+        if valid:
+            es = sorted(valid)
+            ax.plot(es, [valid[e] for e in es], ls="-", marker="o", ms=3, color=color, label=f"{label} valid")
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylabel("perplexity")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def pseudocount_scatter(expected, observed, path: str, title: str = "") -> str:
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    ax.loglog(expected, observed, ".", ms=2, alpha=0.5)
+    lo = max(min(expected.min(), observed[observed > 0].min() if (observed > 0).any() else 1), 1e-3)
+    hi = max(expected.max(), observed.max())
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.set_xlabel("expected pseudocount (formula)")
+    ax.set_ylabel("empirical mean pseudocount")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return _save(fig, path)

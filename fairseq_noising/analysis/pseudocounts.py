@@ -1,0 +1,112 @@
+"""Expected bigram pseudocounts of noised data, exactly, from gamma(x) and q (numpy).
+
+Setting (``fairseq-noise-analyze pseudocounts``): the training data is a set of positions j,
+each pairing a context token x_j with a target y_j (as the language-modeling batches pair
+``src_tokens[:, j]`` with ``target[:, j]``). Let c(a, b) count the positions with x_j = a,
+y_j = b. The noiser fires at position j with probability gamma(x_j) (0 for special symbols);
+when it fires the context becomes a draw from q (the ``<blank>`` symbol for blank noising) and,
+for kn/mkn only, an *ordinary* target (not ``</s>`` nor padding) becomes an independent draw
+from q. Hence, with o(y) = 1 when y is ordinary,
+
+  E[c~(a, b)] = (1 - gamma(a)) c(a, b)                                         (unchanged)
+              + q(a) sum_x gamma(x) c(x, b)                  context-only schemes
+              + q(a) [ q(b) T + (1 - o(b)) sum_x gamma(x) c(x, b) ]   kn / mkn,
+
+where T = sum_{x, y : o(y)} gamma(x) c(x, y). For unigram noising (gamma = g on ordinary tokens,
+q the unigram distribution over ordinary tokens) the first line is Section 3.3's interpolation
+(1 - g) c(a, b) + g q(a) c'(b), with c'(b) = sum_{x ordinary} c(x, b) the positions that predict
+b from a noisable context; dividing by E[c~(a)] gives p~(b | a) = (1 - g) p(b | a) + g p(b)
+(for an ordinary a).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def pair_counts(context: np.ndarray, target: np.ndarray, vocab_size: int):
+    """(sorted unique keys a * V + b, counts) of the (context, target) pairs given."""
+    keys = np.asarray(context, dtype=np.int64) * vocab_size + np.asarray(target, dtype=np.int64)
+    return np.unique(keys, return_counts=True)
+
+
+def merge_counts(parts):
+    """Sums several (keys, counts) pairs."""
+    parts = list(parts)
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    keys = np.concatenate([k for k, _ in parts])
+    counts = np.concatenate([c for _, c in parts])
+    unique, inverse = np.unique(keys, return_inverse=True)
+    return unique, np.bincount(inverse, weights=counts, minlength=unique.size).astype(np.int64)
+
+
+def lookup(keys_sorted: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """values at ``queries`` (0 where a query key is absent)."""
+    if keys_sorted.size == 0:
+        return np.zeros(queries.shape, dtype=np.float64)
+    at = np.minimum(np.searchsorted(keys_sorted, queries), keys_sorted.size - 1)
+    return np.where(keys_sorted[at] == queries, values[at], 0).astype(np.float64)
+
+
+@dataclass
+class ExpectedCounts:
+    """E[c~(a, b)] for any cell, given the clean counts and the scheme's gamma and q."""
+
+    clean_keys: np.ndarray
+    clean_counts: np.ndarray
+    gamma: np.ndarray  # [V]
+    proposal: np.ndarray  # [V] (one-hot on <blank> for blank noising)
+    ordinary: np.ndarray  # bool [V]
+    noise_target: bool
+
+    def __post_init__(self):
+        v = self.gamma.shape[0]
+        a = self.clean_keys // v
+        b = self.clean_keys % v
+        weighted = self.gamma[a] * self.clean_counts
+        # S(b) = sum_x gamma(x) c(x, b)
+        self.fired_into = np.bincount(b, weights=weighted, minlength=v)
+        self.fired_ordinary_total = float(weighted[self.ordinary[b]].sum())  # T
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.gamma.shape[0])
+
+    def __call__(self, keys: np.ndarray) -> np.ndarray:
+        v = self.vocab_size
+        a, b = keys // v, keys % v
+        clean = lookup(self.clean_keys, self.clean_counts, keys)
+        out = (1.0 - self.gamma[a]) * clean
+        if self.noise_target:
+            out += self.proposal[a] * (
+                self.proposal[b] * self.fired_ordinary_total
+                + np.where(self.ordinary[b], 0.0, self.fired_into[b])
+            )
+        else:
+            out += self.proposal[a] * self.fired_into[b]
+        return out
+
+    def interpolation(self, keys: np.ndarray, gamma0: float) -> np.ndarray:
+        """Section 3.3's (1 - g) c(a, b) + g q(a) c'(b), c'(b) from noisable contexts only."""
+        v = self.vocab_size
+        a, b = keys // v, keys % v
+        noisable = self.gamma > 0
+        ca = self.clean_keys // v
+        c_prime = np.bincount(
+            self.clean_keys % v, weights=self.clean_counts * noisable[ca], minlength=v
+        )
+        clean = lookup(self.clean_keys, self.clean_counts, keys)
+        return np.where(noisable[a], 1.0 - gamma0, 1.0) * clean + gamma0 * self.proposal[a] * c_prime[b]
+
+
+def compare(expected: np.ndarray, observed_mean: np.ndarray, draws: int, min_expected: float):
+    """Relative deviations |observed - expected| / expected on the cells with expected >= min.
+
+    Also returns the z-score of each cell under a Poisson approximation of the sum over
+    ``draws`` draws (observed_mean * draws has variance about expected * draws).
+    """
+    keep = expected >= min_expected
+    rel = np.abs(observed_mean - expected) / np.where(expected > 0, expected, 1.0)
+    z = (observed_mean - expected) * np.sqrt(draws) / np.sqrt(np.where(expected > 0, expected, 1.0))
+    return keep, rel, z

@@ -1,0 +1,212 @@
+"""fairseq glue for ``fairseq-noise-analyze``: loading a checkpoint, streaming a split.
+
+Evaluation modes (``--eval-mode``):
+
+- ``stateless``: fairseq's language-modeling blocks (``--tokens-per-sample``, the checkpoint's
+  ``--sample-break-mode``), each read from a zero state, exactly as ``fairseq-eval-lm`` does;
+- ``stateful``: the checkpoint's task rebuilt with ``--stateful-bptt``: the split is read in
+  ``--batch-size`` contiguous rows (default: the checkpoint's ``--batch-size-valid``), block by
+  block, and the LSTM state is carried from one block to the next, so every token but a row's
+  first keeps its whole left context (the model must take ``initial_state``);
+- ``auto`` (default): ``stateful`` when the checkpoint was trained with ``--stateful-bptt``.
+
+Every target position is mapped back to its index in the split's token stream (and checked
+against it), so per-position analyses (unseen n-grams) do not depend on the batching.
+"""
+
+import logging
+import os
+import sys
+from argparse import Namespace
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+import fairseq_noising
+from fairseq import checkpoint_utils, utils
+from fairseq.data import MonolingualDataset, TokenBlockDataset
+from fairseq.logging import progress_bar
+
+from ..data.noised_dataset import NoisedDataset
+from ..data.stateful_bptt_dataset import StatefulBPTTDataset
+from ..errors import NoisingError
+from ..stats_cache import load_or_build_stats, read_token_stream
+from ..tasks._noising import build_noiser, check_data_dir, load_split
+
+logger = logging.getLogger("fairseq_noising.analyze")
+PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_noising.__file__))
+EVAL_MODES = ("auto", "stateless", "stateful")
+
+
+def pick_device(cpu: bool = False) -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() and not cpu else "cpu")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Batch:
+    sample: dict  # on the device
+    positions: np.ndarray  # [B, T] index of each target in the split's stream, -1 for padding
+    mask: torch.Tensor  # bool [B, T] on the device: a real target
+
+
+class LoadedModel:
+    """A checkpoint of this plugin, its task, and how to stream a split through it."""
+
+    def __init__(self, path, data=None, eval_mode="auto", batch_size=None, max_tokens=None,
+                 device=None, seed=1, log_format=None):
+        if not os.path.isfile(path):
+            raise NoisingError(f"checkpoint {path} does not exist")
+        utils.import_user_module(Namespace(user_dir=PLUGIN_DIR))
+        overrides = {}
+        if data:
+            overrides["data"] = data
+        if eval_mode == "stateful":
+            overrides["stateful_bptt"] = True
+        elif eval_mode == "stateless":
+            overrides["stateful_bptt"] = False
+        if batch_size:
+            overrides["batch_size_valid"] = batch_size
+        state = checkpoint_utils.load_checkpoint_to_cpu(path, overrides)
+        cfg = state["cfg"]
+        if cfg.task._name != "noised_language_modeling":
+            raise NoisingError(
+                f"{path} was trained with --task {cfg.task._name}; the analyses need a "
+                "noised_language_modeling checkpoint"
+            )
+        try:
+            self.data_dir = check_data_dir(cfg.task.data)
+        except NoisingError as e:
+            raise NoisingError(f"{e}; pass the binarized data directory with --data")
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)
+        self.path, self.cfg, self.task = path, cfg, task
+        self.device = device or pick_device()
+        self.model = models[0].to(self.device).eval()
+        self.stateful = bool(getattr(cfg.task, "stateful_bptt", False))
+        if self.stateful and "initial_state" not in self.model.decoder.forward.__code__.co_varnames:
+            raise NoisingError(f"{path}: stateful evaluation needs a decoder that takes initial_state")
+        self.batch_size = batch_size or cfg.dataset.batch_size_valid or cfg.dataset.batch_size or 16
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.log_format = log_format
+        self.dictionary = task.target_dictionary
+        self.pad = self.dictionary.pad()
+        self.scheme = str(cfg.task.noise_scheme)
+        self.gamma = float(cfg.task.noise_gamma)
+        torch.manual_seed(seed)
+
+    # --- data ------------------------------------------------------------------------------
+
+    @property
+    def train_prefix(self) -> str:
+        return os.path.join(self.data_dir, getattr(self.cfg.dataset, "train_subset", "train") or "train")
+
+    def raw_split(self, split: str):
+        return load_split(os.path.join(self.data_dir, split), self.task.source_dictionary,
+                          self.cfg.task.dataset_impl, f"{split} split")
+
+    def stream(self, split: str) -> np.ndarray:
+        return read_token_stream(self.raw_split(split))[0]
+
+    def train_stats(self):
+        raw = self.raw_split(os.path.basename(self.train_prefix))
+        return load_or_build_stats(self.train_prefix, raw, self.task.source_dictionary, "stream")
+
+    def noiser(self, scheme=None, gamma=None, seed=None):
+        """The noiser of this checkpoint's scheme (or the given one) over its training statistics."""
+        raw = self.raw_split(os.path.basename(self.train_prefix))
+        return build_noiser(
+            scheme if scheme is not None else self.scheme,
+            float(gamma if gamma is not None else self.gamma),
+            self.train_prefix, raw, self.task.source_dictionary, "stream",
+            seed=self.seed if seed is None else seed, side=0,
+        )
+
+    def _dataset(self, split):
+        self.task.load_dataset(split)
+        dataset = self.task.dataset(split)
+        if isinstance(dataset, NoisedDataset):  # evaluating the training split: read it clean
+            dataset = dataset.dataset
+        return dataset
+
+    def _positions(self, dataset, sample, target) -> np.ndarray:
+        ids = sample["id"].cpu().numpy()
+        rows, length = target.shape
+        cols = np.arange(length)
+        if isinstance(dataset, StatefulBPTTDataset):
+            block, row = ids // dataset.num_rows, ids % dataset.num_rows
+            start = row * dataset.row_length + block * dataset.block_size + 1
+        elif isinstance(dataset, MonolingualDataset) and isinstance(dataset.dataset, TokenBlockDataset):
+            start = np.asarray(dataset.dataset.slice_indices)[ids, 0]
+        else:
+            raise NoisingError(f"cannot map the targets of a {type(dataset).__name__} to the stream")
+        positions = start[:, None] + cols[None, :]
+        return np.where(target != self.pad, positions, -1)
+
+    def batches(self, split: str, desc: str = "") -> Iterator[Batch]:
+        """The split's batches in order, with each target's index in the split's stream."""
+        dataset = self._dataset(split)
+        stream = self.stream(split)
+        if isinstance(dataset, StatefulBPTTDataset):
+            itr = self.task.get_batch_iterator(dataset)
+        else:
+            itr = self.task.get_batch_iterator(
+                dataset=dataset,
+                max_tokens=self.max_tokens,
+                max_sentences=self.batch_size if not self.max_tokens else None,
+                max_positions=utils.resolve_max_positions(
+                    self.task.max_positions(), self.model.max_positions()
+                ),
+                ignore_invalid_inputs=True,
+                seed=self.seed,
+                num_workers=0,
+            )
+        itr = itr.next_epoch_itr(shuffle=False)
+        default = "tqdm" if sys.stderr.isatty() else "simple"
+        bar = progress_bar.progress_bar(
+            itr, log_format=self.log_format, log_interval=max(1, len(itr) // 10),
+            prefix=desc or split, default_log_format=default,
+        )
+        done = 0
+        for sample in bar:
+            if not sample or "net_input" not in sample:
+                continue
+            done += int(sample["ntokens"])
+            bar.log({"targets": done})
+            target = sample["target"].cpu().numpy()
+            positions = self._positions(dataset, sample, target)
+            real = positions >= 0
+            if not np.array_equal(stream[positions[real]], target[real]):
+                raise NoisingError(
+                    f"the targets of {split} do not line up with its token stream (options such "
+                    "as --add-bos-token or --shorten-method are not supported by this analysis)"
+                )
+            sample = utils.move_to_cuda(sample, self.device) if self.device.type == "cuda" else sample
+            sample["target"] = sample["target"].contiguous()
+            yield Batch(sample, positions, torch.from_numpy(real).to(self.device))
+
+    # --- model -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def log_probs(self, src_tokens, src_lengths, state=None):
+        """Log-probabilities [B, T, V] and the final state (stateful mode; else None)."""
+        kwargs = {}
+        if self.stateful and state is not None:
+            kwargs["initial_state"] = state
+        net_output = self.model(src_tokens, src_lengths=src_lengths, **kwargs)
+        lprobs = self.model.get_normalized_probs(net_output, log_probs=True).float()
+        final = None
+        if self.stateful:
+            final = net_output[1]["final_state"]
+            final = tuple(s.detach() for s in final)
+        return lprobs, final
+
+
+def target_log_probs(lprobs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)

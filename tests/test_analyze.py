@@ -1,0 +1,397 @@
+"""``fairseq-noise-analyze``: every subcommand against an independent computation.
+
+A tiny ``noising_lstm_lm_small`` (hidden size 16) is trained for 5 updates on the small PTB
+slice. The independent side reads the raw text files (not the binarized data), counts n-grams
+with Python sets and Counters, and runs the model itself over the token stream (blocks of 35 from
+a zero state, or whole rows for the stateful mode), so it shares no code with the analysis but
+the model's forward pass.
+"""
+
+import json
+import math
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import PLUGIN_DIR, run_cli
+from fairseq_noising.analysis import divergence, logs, ngrams, pseudocounts
+from fairseq_noising.cli import analyze
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+BLOCK = 35  # --tokens-per-sample of the tiny model
+
+
+# --------------------------------------------------------------------------------------------
+# the tiny model and the independent reference
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: on two shared cores torch's thread pool spins (an LSTM batch takes
+    seconds instead of milliseconds)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(ptb_small_bin, tmp_path_factory):
+    root = tmp_path_factory.mktemp("analyze")
+    save = root / "unigram"
+    proc = run_cli(
+        ["fairseq-train", ptb_small_bin, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling",
+         "--arch", "noising_lstm_lm_small", "--hidden-size", "16", "--max-update", "5",
+         "--tokens-per-sample", BLOCK, "--batch-size", "20", "--required-batch-size-multiple", "1",
+         "--optimizer", "adam", "--lr", "0.01", "--noise-scheme", "unigram", "--noise-gamma", "0.2",
+         "--seed", "1", "--cpu", "--num-workers", "0", "--log-format", "simple",
+         "--no-epoch-checkpoints", "--save-dir", save],
+        env=ENV,
+    )
+    (save / "train.log").write_text(proc.stdout + proc.stderr)
+    return {"data": ptb_small_bin, "ckpt": save / "checkpoint_best.pt", "dir": save,
+            "raw": ptb_small_bin.parent / "raw", "root": root}
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    """The model and the raw-text streams, loaded without the analysis code."""
+    import fairseq_noising  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(tiny["ckpt"])], arg_overrides={"data": str(tiny["data"])}
+    )
+    model = models[0].eval()
+    d = task.dictionary
+
+    def stream(name):
+        ids = []
+        for line in (tiny["raw"] / f"{name}.txt").read_text().splitlines():
+            ids += [d.index(w) for w in line.split()] + [d.eos()]
+        return ids
+
+    return {"model": model, "dict": d, "stream": stream}
+
+
+@torch.no_grad()
+def block_nll(ref, stream):
+    """-log p of every target of ``stream``, blocks of 35 from a zero state, context [</s>] + stream."""
+    s = [ref["dict"].eos()] + list(stream)
+    out_nll, out_lp = [], []
+    for start in range(0, len(stream), BLOCK):
+        src = torch.tensor([s[start:start + BLOCK]])
+        tgt = torch.tensor(stream[start:start + BLOCK])
+        net = ref["model"](src, src_lengths=torch.tensor([src.size(1)]))
+        lp = ref["model"].get_normalized_probs(net, log_probs=True)[0].double()
+        out_lp.append(lp)
+        out_nll.append(-lp.gather(-1, tgt[:, None])[:, 0])
+    return torch.cat(out_nll).numpy(), torch.cat(out_lp)
+
+
+def run(argv):
+    return analyze.main([str(a) for a in argv])
+
+
+def png_ok(path: Path):
+    assert path.is_file() and path.stat().st_size > 1000
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------------------------
+# kl
+
+
+def test_kl_of_a_known_distribution():
+    log_p = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.125, 0.0], [0.1, 0.2, 0.3, 0.2, 0.2]],
+                                 dtype=torch.float64))
+    support = torch.tensor([0, 1, 2, 3])  # type 4 unseen in training
+    q = np.array([0.4, 0.3, 0.2, 0.1])
+    kl, outside = divergence.kl_on_support(log_p, support, torch.log(torch.tensor(q)))
+    p0 = np.array([0.5, 0.25, 0.125, 0.125])
+    p1 = np.array([0.1, 0.2, 0.3, 0.2]) / 0.8
+    expected = [float((p * np.log(p / q)).sum()) for p in (p0, p1)]
+    np.testing.assert_allclose(kl.numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(outside.numpy(), [0.0, 0.2], atol=1e-12)
+    # KL to the uniform distribution of a point mass is log |R|; of the uniform itself 0
+    u = torch.full((4,), -math.log(4), dtype=torch.float64)
+    point = torch.log(torch.tensor([[1.0, 0, 0, 0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64))
+    kl, _ = divergence.kl_on_support(point, torch.arange(4), u)
+    np.testing.assert_allclose(kl.numpy(), [math.log(4), 0.0], atol=1e-12)
+    counts = np.array([0, 0, 5, 3, 2, 0])
+    mask = divergence.real_vocabulary(counts)
+    lu, lq = divergence.reference_log_probs(counts, mask)
+    np.testing.assert_allclose(np.exp(lq), [0.5, 0.3, 0.2])
+    np.testing.assert_allclose(np.exp(lu), [1 / 3] * 3)
+
+
+def test_kl_cli_matches_an_independent_computation(tiny, reference, tmp_path):
+    png = tmp_path / "kl.png"
+    result = run(["kl", f"tiny={tiny['ckpt']}", "--data", tiny["data"], "--cpu", "--log-format", "none",
+                  "--output", png, "--json", tmp_path / "kl.json"])
+    png_ok(png)
+    assert json.loads((tmp_path / "kl.json").read_text())["models"][0]["label"] == "tiny"
+    r = result["models"][0]
+
+    valid = reference["stream"]("valid")
+    nll, lp = block_nll(reference, valid)
+    counts = Counter(reference["stream"]("train"))
+    seen = np.array(sorted(counts))
+    c = np.array([counts[i] for i in seen], dtype=np.float64)
+    q = c / c.sum()
+    p = lp[:, seen].exp().numpy()
+    outside = 1.0 - p.sum(1)
+    p = p / p.sum(1, keepdims=True)
+    kl_u = (p * np.log(p * len(seen))).sum(1).mean()
+    kl_q = (p * np.log(p / q)).sum(1).mean()
+
+    assert r["positions"] == len(valid)
+    assert r["vocab_size"] == len(seen)
+    np.testing.assert_allclose(r["ppl"], math.exp(nll.mean()), rtol=1e-5)
+    np.testing.assert_allclose(r["kl_uniform"], kl_u, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(r["kl_unigram"], kl_q, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(r["mass_outside_vocab"], outside.mean(), rtol=1e-4, atol=1e-9)
+    assert 0 < r["kl_uniform"] <= math.log(len(seen))
+
+
+# --------------------------------------------------------------------------------------------
+# unseen
+
+
+def brute_force_unseen(train, stream, eos):
+    t = [eos] + list(train)
+    bigrams = {tuple(t[i:i + 2]) for i in range(len(t) - 1)}
+    trigrams = {tuple(t[i:i + 3]) for i in range(len(t) - 2)}
+    s = [eos] + list(stream)
+    bi = [(s[p], s[p + 1]) not in bigrams for p in range(len(stream))]
+    tri = [p >= 1 and (s[p - 1], s[p], s[p + 1]) not in trigrams for p in range(len(stream))]
+    return np.array(bi), np.array(tri)
+
+
+def test_unseen_cli_matches_brute_force(tiny, reference, tmp_path):
+    png = tmp_path / "unseen.png"
+    result = run(["unseen", f"a={tiny['ckpt']}", f"b={tiny['ckpt']}", "--data", tiny["data"], "--cpu",
+                  "--log-format", "none", "--batch-size", "7", "--output", png])
+    png_ok(png)
+    valid = reference["stream"]("valid")
+    bi, tri = brute_force_unseen(reference["stream"]("train"), valid, reference["dict"].eos())
+    nll, _ = block_nll(reference, valid)
+    assert bi.sum() > 100 and tri.sum() > bi.sum()
+    assert [r["label"] for r in result["models"]] == ["a", "b"]
+    for r in result["models"]:
+        assert r["all_positions"] == len(valid)
+        assert r["bigram_positions"] == int(bi.sum())
+        assert r["trigram_positions"] == int(tri.sum())
+        np.testing.assert_allclose(r["all_ppl"], math.exp(nll.mean()), rtol=1e-5)
+        np.testing.assert_allclose(r["bigram_ppl"], math.exp(nll[bi].mean()), rtol=1e-5)
+        np.testing.assert_allclose(r["trigram_ppl"], math.exp(nll[tri].mean()), rtol=1e-5)
+
+
+@torch.no_grad()
+def test_stateful_mode_carries_the_state_over_whole_rows(tiny, reference):
+    rows = 4
+    result = run(["unseen", tiny["ckpt"], "--data", tiny["data"], "--cpu", "--log-format", "none",
+                  "--eval-mode", "stateful", "--batch-size", rows])
+    r = result["models"][0]
+    assert r["stateful"]
+    valid = reference["stream"]("valid")
+    length = (len(valid) - 1) // rows
+    used = rows * length
+    src = torch.tensor(valid[:used]).view(rows, length)
+    tgt = torch.tensor(valid[1:used + 1]).view(rows, length)
+    model = reference["model"]
+    net = model(src, src_lengths=torch.full((rows,), length))  # one pass over whole rows
+    lp = model.get_normalized_probs(net, log_probs=True).double()
+    nll = -lp.gather(-1, tgt[..., None])[..., 0]
+    positions = (np.arange(rows)[:, None] * length + np.arange(length)[None, :] + 1).ravel()
+    bi, tri = brute_force_unseen(reference["stream"]("train"), valid, reference["dict"].eos())
+    nll = nll.numpy().ravel()
+    assert r["all_positions"] == used
+    assert r["bigram_positions"] == int(bi[positions].sum())
+    assert r["trigram_positions"] == int(tri[positions].sum())
+    np.testing.assert_allclose(r["all_ppl"], math.exp(nll.mean()), rtol=1e-4)
+    np.testing.assert_allclose(r["bigram_ppl"], math.exp(nll[bi[positions]].mean()), rtol=1e-4)
+
+
+def test_ngram_index_convention():
+    index = ngrams.NgramIndex([5, 6, 2, 5, 7, 2], vocab_size=10, eos=2)
+    bi, tri, defined = index.unseen([5, 7, 6, 2])
+    # bigrams (2,5) (5,7) seen, (7,6) unseen, (6,2) seen
+    assert bi.tolist() == [False, False, True, False]
+    # trigrams (2,5,7) seen, (5,7,6) unseen, (7,6,2) unseen; position 0 undefined
+    assert tri.tolist() == [False, False, True, True] and defined.tolist() == [False, True, True, True]
+
+
+# --------------------------------------------------------------------------------------------
+# mc-eval
+
+
+def test_mc_eval_with_one_clean_sample_is_the_plain_evaluation(tiny, reference):
+    result = run(["mc-eval", tiny["ckpt"], "--data", tiny["data"], "--cpu", "--log-format", "none",
+                  "--samples", "1", "--noise-gamma", "0"])
+    r = result["models"][0]
+    assert r["test_scheme"] == "unigram" and r["test_gamma"] == 0.0 and r["trained_gamma"] == 0.2
+    assert r["mc_ppl"] == r["ppl"]
+    nll, _ = block_nll(reference, reference["stream"]("test"))
+    assert r["positions"] == len(nll)
+    np.testing.assert_allclose(r["ppl"], math.exp(nll.mean()), rtol=1e-5)
+    assert r["plain_seconds"] > 0 and r["mc_seconds"] > 0
+
+
+def test_mc_eval_noised_samples_are_deterministic(tiny):
+    argv = ["mc-eval", tiny["ckpt"], "--data", tiny["data"], "--cpu", "--log-format", "none",
+            "--split", "valid", "--samples", "3", "--noise-scheme", "blank", "--noise-gamma", "0.5",
+            "--eval-mode", "stateful", "--batch-size", "4"]
+    first, second = run(argv)["models"][0], run(argv)["models"][0]
+    assert first["mc_ppl"] == second["mc_ppl"]
+    assert math.isfinite(first["mc_ppl"]) and first["mc_ppl"] != first["ppl"]
+    assert first["samples"] == 3 and first["test_scheme"] == "blank"
+
+
+# --------------------------------------------------------------------------------------------
+# curves and sweep: synthetic logs
+
+
+CONFIG = ("2024-01-01 00:00:00 | INFO | fairseq_cli.train | {'_name': None, 'task': {'_name': "
+          "'noised_language_modeling', 'noise_scheme': %s, 'noise_gamma': %s, 'seed': 1}}\n")
+
+SIMPLE = CONFIG % ("kn", "0.2") + """\
+2024-01-01 00:00:01 | INFO | train_inner | epoch 001:    100 / 200 loss=9.1, ppl=549.0, wps=1
+2024-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8 | ppl 256.5 | wps 1
+2024-01-01 00:00:02 | INFO | train | epoch 001 | loss 8.5 | ppl 362.04 | wps 100 | num_updates 200
+2024-01-01 00:00:03 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7 | ppl 128.25 | wps 1
+2024-01-01 00:00:03 | INFO | valid | epoch 002 | valid on 'test' subset | loss 6 | ppl 64 | wps 1
+2024-01-01 00:00:03 | INFO | train | epoch 002 | loss 7.5 | ppl 181.02 | wps 100 | num_updates 400
+2024-01-01 00:00:04 | INFO | valid | epoch 003 | valid on 'valid' subset | loss 7.2 | ppl 140.0 | wps 1
+2024-01-01 00:00:04 | INFO | train | epoch 003 | loss 7.0 | ppl 128.5 | wps 100 | num_updates 600
+"""
+
+JSON = CONFIG % ("none", "0.0") + """\
+2024-01-01 00:00:01 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "9.1", "ppl": "549"}
+2024-01-01 00:00:02 | INFO | valid | {"epoch": 1, "valid_loss": "8.2", "valid_ppl": "300.1", "valid_wps": "1"}
+2024-01-01 00:00:02 | INFO | train | {"epoch": 1, "train_loss": "8.6", "train_ppl": "390.2", "train_wps": "1"}
+2024-01-01 00:00:03 | INFO | valid | {"epoch": 2, "valid_loss": "7.9", "valid_ppl": "240.5", "valid_wps": "1"}
+2024-01-01 00:00:03 | INFO | train | {"epoch": 2, "train_loss": "7.7", "train_ppl": "210.75", "train_wps": "1"}
+"""
+
+TQDM = """\
+epoch 001 | valid on 'valid' subset | loss 8 | ppl 260 | wps 1
+epoch 001 | loss 9 | ppl 512 | wps 100
+"""
+
+
+def test_logs_are_parsed_exactly():
+    simple = logs.parse_log(SIMPLE)
+    assert simple.train_ppl == {1: 362.04, 2: 181.02, 3: 128.5}
+    assert simple.valid_ppl == {1: 256.5, 2: 128.25, 3: 140.0}
+    assert (simple.noise_scheme, simple.noise_gamma, simple.best_valid_ppl) == ("kn", 0.2, 128.25)
+    assert logs.parse_log(SIMPLE, subset="test").valid_ppl == {2: 64.0}
+    js = logs.parse_log(JSON)
+    assert js.train_ppl == {1: 390.2, 2: 210.75} and js.valid_ppl == {1: 300.1, 2: 240.5}
+    assert (js.noise_scheme, js.noise_gamma) == ("none", 0.0)
+    tq = logs.parse_log(TQDM)
+    assert tq.train_ppl == {1: 512.0} and tq.valid_ppl == {1: 260.0} and tq.noise_scheme is None
+
+
+def test_curves_console_script(tmp_path):
+    (tmp_path / "kn.log").write_text(SIMPLE)
+    (tmp_path / "none.log").write_text(JSON)
+    png = tmp_path / "curves.png"
+    proc = run_cli(["fairseq-noise-analyze", "curves", tmp_path / "kn.log", f"plain={tmp_path / 'none.log'}",
+                    "--output", png, "--json", tmp_path / "c.json"], env=ENV)
+    png_ok(png)
+    out = json.loads((tmp_path / "c.json").read_text())["runs"]
+    assert out["plain"]["valid_ppl"] == {"1": 300.1, "2": 240.5}
+    assert out["kn (kn 0.2)"]["train_ppl"] == {"1": 362.04, "2": 181.02, "3": 128.5}
+    assert "plain" in proc.stdout and "128.50" in proc.stdout
+
+
+def test_sweep_from_logs_and_a_checkpoint(tiny, tmp_path):
+    import fairseq_noising  # noqa: F401
+    from fairseq import checkpoint_utils
+
+    runs = []
+    for scheme, gamma, best in (("unigram", 0.1, 120.0), ("unigram", 0.4, 150.0), ("ad", 0.4, 110.0)):
+        text = CONFIG % (scheme, gamma) + (
+            f"x | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7 | ppl {best + 10} | wps 1\n"
+            f"x | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7 | ppl {best} | wps 1\n")
+        path = tmp_path / f"{scheme}{gamma}.log"
+        path.write_text(text)
+        runs.append(path)
+    bare = tmp_path / "bare.log"
+    bare.write_text(TQDM)
+    png = tmp_path / "sweep.png"
+    result = run(["sweep", *runs, f"blank:0.3={bare}", tiny["ckpt"], "--output", png])
+    png_ok(png)
+    points = {(p["scheme"], p["gamma"]): p["best_valid_ppl"] for p in result["points"]}
+    extra = checkpoint_utils.load_checkpoint_to_cpu(str(tiny["ckpt"]))["extra_state"]
+    assert points == {("ad", 0.4): 110.0, ("blank", 0.3): 260.0, ("unigram", 0.1): 120.0,
+                      ("unigram", 0.4): 150.0, ("unigram", 0.2): 2.0 ** extra["best"]}
+    # the run directory: its log (the real fairseq-train output) is read
+    from_dir = run(["sweep", tiny["dir"]])["points"][0]
+    assert from_dir["source"] == "log" and from_dir["scheme"] == "unigram" and from_dir["gamma"] == 0.2
+    np.testing.assert_allclose(from_dir["best_valid_ppl"], 2.0 ** extra["best"], rtol=2e-3)
+
+
+# --------------------------------------------------------------------------------------------
+# pseudocounts
+
+
+def brute_force_expectation(context, target, gamma, q, ordinary, noise_target, v):
+    """E[c~(a, b)] summed position by position over the outcomes of each position."""
+    out = np.zeros((v, v))
+    for x, y in zip(context, target):
+        g = gamma[x]
+        out[x, y] += 1 - g
+        for a in range(v):
+            if noise_target and ordinary[y]:
+                for b in range(v):
+                    out[a, b] += g * q[a] * q[b]
+            else:
+                out[a, y] += g * q[a]
+    return out
+
+
+@pytest.mark.parametrize("name", ["unigram", "blank", "kn"])
+def test_expected_pseudocounts_match_brute_force(name):
+    v = 7  # 0 pad, 1 eos, 2 blank (special), 3..6 ordinary
+    rng = np.random.default_rng(0)
+    context = rng.integers(1, 7, size=200)
+    context[context == 2] = 3
+    target = rng.integers(1, 7, size=200)
+    target[target == 2] = 4
+    ordinary = np.array([False, False, False, True, True, True, True])
+    gamma = np.where(ordinary, [0, 0, 0, 0.1, 0.3, 0.2, 0.5], 0.0) if name == "kn" else np.where(ordinary, 0.25, 0.0)
+    if name == "blank":
+        q = np.eye(v)[2]
+    else:
+        q = np.where(ordinary, [0, 0, 0, 4, 3, 2, 1], 0).astype(float)
+        q /= q.sum()
+    keys, counts = pseudocounts.pair_counts(context, target, v)
+    exp = pseudocounts.ExpectedCounts(keys, counts, gamma, q, ordinary, name == "kn")
+    cells = np.arange(v * v)
+    brute = brute_force_expectation(context, target, gamma, q, ordinary, name == "kn", v)
+    np.testing.assert_allclose(exp(cells), brute.ravel(), atol=1e-9)
+    assert abs(exp(cells).sum() - len(context)) < 1e-9
+    if name == "unigram":
+        np.testing.assert_allclose(exp.interpolation(cells, 0.25), brute.ravel(), atol=1e-9)
+
+
+@pytest.mark.parametrize("scheme", ["unigram", "kn"])
+def test_pseudocounts_cli_agrees_with_the_formula(tiny, tmp_path, scheme):
+    png = tmp_path / "pc.png"
+    result = run(["pseudocounts", tiny["data"], "--noise-scheme", scheme, "--noise-gamma", "0.3",
+                  "--tokens-per-sample", BLOCK, "--draws", "10", "--min-expected", "30",
+                  "--output", png])
+    png_ok(png)
+    assert result["noised_positions_total"] == 10 * result["positions"]
+    assert result["cells_compared"] > 20
+    assert result["max_abs_z"] < 5.0
+    assert result["max_relative_deviation"] < 0.3
+    if scheme == "unigram":
+        assert result["interpolation_vs_exact_max_abs"] < 1e-9
+        assert result["interpolation_max_relative_deviation"] == pytest.approx(result["max_relative_deviation"])
