@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 
 from conftest import PLUGIN_DIR, cli
 from fairseq_noising.stats_cache import cache_path
@@ -32,7 +33,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path):
+STATELESS = ["--arch", "lstm_lm", "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
+             "--decoder-out-embed-dim", "16"]
+# stateful truncated BPTT: each rank owns its own 20 contiguous rows and carries their state
+STATEFUL = ["--arch", "noising_lstm_lm_small", "--hidden-size", "16", "--stateful-bptt"]
+
+
+@pytest.mark.parametrize("model_args", [STATELESS, STATEFUL], ids=["stateless", "stateful-bptt"])
+def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path, model_args):
     data = tmp_path / "data"
     shutil.copytree(ptb_small_bin, data, ignore=shutil.ignore_patterns("*noise?stats*"))
     hook = tmp_path / "hook"
@@ -49,8 +57,7 @@ def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path):
     common = [
         cli("fairseq-train"), str(data), "--user-dir", str(PLUGIN_DIR),
         "--task", "noised_language_modeling", "--noise-scheme", "kn", "--noise-gamma", "0.2",
-        "--arch", "lstm_lm", "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
-        "--decoder-out-embed-dim", "16",
+        *model_args,
         "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "1",
         "--max-update", "4", "--batch-size", "20", "--required-batch-size-multiple", "1",
         "--tokens-per-sample", "35", "--optimizer", "adam", "--lr", "0.001",
