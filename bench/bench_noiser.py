@@ -21,6 +21,11 @@ Figures printed:
   ``choice`` re-checks and re-sums q over the whole vocabulary at every call; shown for reference
   only -- the headline ratio is against the faithful port, the conservative baseline).
 
+The implementations run in ``--rounds`` alternating rounds (the machine is shared: interleaving
+exposes them to the same background load); tokens/s is reported from the median per-batch time,
+next to the best whole pass. ``--stack N`` also times the plugin on N batches stacked in one call,
+which separates numpy's per-call overhead from the per-token cost.
+
 Run: ``/work/venv/bin/python bench/bench_noiser.py [--ptb-dir DIR]``.
 """
 

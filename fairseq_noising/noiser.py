@@ -10,8 +10,8 @@ As in the authors' code, a noised target is *not* copied into the next input: x_
 own (original or independently noised) value even when y_j, which equals x_{j+1} in the clean
 data, was replaced. The context and the targets are noised as two parallel sequences.
 
-Randomness is counter-based: every random number is a hash of (seed, epoch, example id, position
-of the token inside its example, stream). The noise of an example therefore depends on nothing
+Randomness is counter-based: every random number is a hash of (seed, epoch, side, example id,
+position of the token inside its example). The noise of an example therefore depends on nothing
 else: not on which batch it lands in, its padding, the number of data-loader workers, the
 distributed rank, or whether training was resumed from a checkpoint.
 """
@@ -26,40 +26,62 @@ from .schemes import NoiseScheme
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = (np.uint64(s) for s in (30, 27, 31, 11))
+_S30, _S27, _S31, _S32 = (np.uint64(s) for s in (30, 27, 31, 32))
+_LOW32 = np.uint64(0xFFFFFFFF)
+_TWO32 = float(1 << 32)
 
-# stream numbers: what a random number is used for, and on which side of a translation pair
-FIRE, CONTEXT_DRAW, TARGET_DRAW = 0, 1, 2
-STREAMS_PER_SIDE = 4
+# each side of a translation pair hashes with its own key, so their noise is independent
+SIDE_KEYS = (0x5EED0000, 0x5EED0001)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijective, well-mixing hash of 64-bit integers."""
-    x = x + _GOLDEN
-    x = (x ^ (x >> _S30)) * _MIX1
-    x = (x ^ (x >> _S27)) * _MIX2
-    return x ^ (x >> _S31)
+    """splitmix64's finaliser: a bijective, well-mixing hash of 64-bit integers (in place)."""
+    x += _GOLDEN
+    x ^= x >> _S30
+    x *= _MIX1
+    x ^= x >> _S27
+    x *= _MIX2
+    x ^= x >> _S31
+    return x
 
 
-def counter_uniforms(seed, epoch, ids, positions, streams):
-    """Uniform floats in [0, 1), one per (position, stream), keyed by seed, epoch and example id.
+def _mix_int(x: int) -> int:
+    """splitmix64's finaliser on a Python integer (for the per-call key)."""
+    mask = 0xFFFFFFFFFFFFFFFF
+    x = (x + 0x9E3779B97F4A7C15) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
 
-    ``ids`` has shape [B]; ``positions`` [B, T]; ``streams`` is a sequence of stream numbers.
-    Returns an array of shape [len(streams), B, T].
+
+def position_hashes(seed, epoch, ids, positions, side=0):
+    """One 64-bit hash per token, keyed by (seed, epoch, side, example id, position).
+
+    ``ids`` has shape [B] and ``positions`` [B, T] (or [1, T]). Each hash is one splitmix64 round
+    over ``id * M1 + position * M2 + key(seed, epoch, side)``. The high 32 bits decide whether
+    the position is noised, the low 32 bits pick the context replacement; the target
+    replacement (kn, mkn) hashes the hash once more.
     """
+    key = _mix_int(_mix_int(_mix_int(int(seed) & 0xFFFFFFFFFFFFFFFF) ^ int(epoch)) ^ SIDE_KEYS[side])
     with np.errstate(over="ignore"):
-        key = _mix(_mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF)) ^ np.uint64(epoch))
-        per_example = _mix(key ^ _mix(np.asarray(ids, dtype=np.int64).astype(np.uint64)))
-        cells = _mix(per_example[:, None] ^ (np.asarray(positions, dtype=np.int64).astype(np.uint64) * _MIX2))
-        out = np.empty((len(streams),) + cells.shape, dtype=np.float64)
-        for k, stream in enumerate(streams):  # a handful of streams, each fully vectorised
-            bits = _mix(cells + np.uint64(stream + 1) * _MIX1) >> _S11
-            out[k] = bits * (1.0 / (1 << 53))
-    return out
+        per_example = np.asarray(ids, dtype=np.int64).astype(np.uint64)[:, None] * _MIX1
+        per_example += np.uint64(key)
+        cells = np.asarray(positions, dtype=np.int64).astype(np.uint64) * _MIX2
+        cells = cells + per_example
+        return _mix(cells)
+
+
+def _low_uniform(hashes: np.ndarray) -> np.ndarray:
+    return (hashes & _LOW32) * (1.0 / _TWO32)
 
 
 def positions_in_example(tokens: np.ndarray, pad: int) -> np.ndarray:
-    """Index of each token inside its own example, whether the batch is left- or right-padded."""
+    """Index of each token inside its own example, whether the batch is left- or right-padded.
+
+    Shape [B, T], or [1, T] when no example is left-padded (positions are then the columns).
+    """
+    if tokens.shape[0] == 0 or not (tokens[:, 0] == pad).any():
+        return np.arange(tokens.shape[1], dtype=np.int64)[None, :]
     return np.cumsum(tokens != pad, axis=1) - 1
 
 
@@ -78,6 +100,8 @@ class Noiser:
         self.scheme = scheme
         self.seed = int(seed)
         self.side = int(side)
+        # noised when the high 32 bits of the position's hash fall below gamma * 2^32
+        self._threshold = np.round(np.clip(scheme.gamma, 0.0, 1.0) * _TWO32).astype(np.uint64)
         self._cdf = None
         if scheme.proposal is not None:
             self._cdf = np.cumsum(scheme.proposal)
@@ -92,28 +116,27 @@ class Noiser:
         return np.minimum(picked, self._last_drawable)
 
     def __call__(self, context, target, ids, positions, epoch) -> NoisedTokens:
-        """Noise ``context`` [B, T] and, for kn/mkn, ``target`` [B, T] (may be None).
-
-        Token ids beyond the scheme's vocabulary are treated as specials (never noised).
-        """
+        """Noise ``context`` [B, T] and, for kn/mkn, ``target`` [B, T] (may be None)."""
         context = np.asarray(context, dtype=np.int64)
-        streams = [self.side * STREAMS_PER_SIDE + s for s in (FIRE, CONTEXT_DRAW, TARGET_DRAW)]
-        noise_target = self.scheme.noise_target and target is not None
-        u = counter_uniforms(self.seed, epoch, ids, positions, streams[: 3 if noise_target else 2])
-        gamma = self.scheme.gamma
-        in_vocab = context < gamma.shape[0]
-        probability = np.where(in_vocab, gamma[np.where(in_vocab, context, 0)], 0.0)
-        fired = u[0] < probability
-        noised_context = np.where(fired, self._draw(u[1]), context)
+        hashes = position_hashes(self.seed, epoch, ids, positions, self.side)
+        fired = (hashes >> _S32) < self._threshold[context]
+        where = np.flatnonzero(fired)  # replacements are drawn only where noise fires
+        flat_hashes = hashes.reshape(-1)[where]
+        noised_context = context.copy()
+        noised_context.reshape(-1)[where] = self._draw(_low_uniform(flat_hashes))
+
         noised_target, target_replaced = target, None
         if target is not None:
             target = np.asarray(target, dtype=np.int64)
-            target_replaced = np.zeros_like(fired)
             noised_target = target
-            if noise_target:
-                in_vocab_t = target < gamma.shape[0]
+            target_replaced = np.zeros_like(fired)
+            if self.scheme.noise_target:
                 # a target that is itself special (end of sentence, padding) is never replaced
-                ordinary = in_vocab_t & (self._ordinary[np.where(in_vocab_t, target, 0)])
-                target_replaced = fired & ordinary
-                noised_target = np.where(target_replaced, self._draw(u[2]), target)
+                keep = self._ordinary[target.reshape(-1)[where]]
+                where, flat_hashes = where[keep], flat_hashes[keep]
+                with np.errstate(over="ignore"):
+                    second = _mix(flat_hashes ^ _GOLDEN)
+                noised_target = target.copy()
+                noised_target.reshape(-1)[where] = self._draw(_low_uniform(second))
+                target_replaced.reshape(-1)[where] = True
         return NoisedTokens(noised_context, noised_target, fired, target_replaced)
