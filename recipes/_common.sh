@@ -1,0 +1,114 @@
+# Shared helpers of the reproduction recipes (ptb.sh, text8.sh, iwslt15_en_de.sh, multi30k.sh).
+# Sourced, not run. Expects ROOT (the repository root), NAME (the recipe's name, for messages) and
+# DRY_RUN (0 or 1) to be set.
+#
+# Markers: a step whose output is complete writes "$dir/.done" holding the exact command it ran.
+# A rerun skips the step only if the marker exists and holds the same command, so changing a
+# setting (say MAX_EPOCH) reruns the step; a training step without its marker is simply started
+# again and fairseq resumes it from checkpoint_last.pt in its save dir.
+
+VENV=${VENV:-.venv}
+case "$VENV" in /*) BIN="$VENV/bin" ;; *) BIN="$ROOT/$VENV/bin" ;; esac
+PY="$BIN/python"
+PLUGIN="$ROOT/fairseq_noising"
+
+die() { echo "$NAME: $*" >&2; exit 1; }
+
+check_env() {
+  [ -x "$BIN/fairseq-train" ] || die "$BIN/fairseq-train not found: run 'bash recipes/setup.sh' first (or set VENV)"
+}
+
+# --cpu only when torch sees no CUDA device (DEVICE=cpu|cuda overrides the detection)
+detect_device() {
+  if [ -z "${DEVICE:-}" ]; then
+    if [ "$("$PY" -c 'import torch;print(torch.cuda.is_available())' 2>/dev/null)" = True ]; then
+      DEVICE=cuda
+    else
+      DEVICE=cpu
+    fi
+  fi
+  DEVICE_ARGS=()
+  [ "$DEVICE" = cuda ] || DEVICE_ARGS=(--cpu)
+}
+
+quote_cmd() {  # the command as one shell-quoted line (for markers, logs and results files)
+  local out="" a
+  for a in "$@"; do
+    if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then out+="$a "; else out+="$(printf '%q' "$a") "; fi
+  done
+  printf '%s' "${out% }"
+}
+
+run() {  # prints a command, then runs it unless --dry-run
+  echo "+ $(quote_cmd "$@")"
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+is_done() {  # dir, command string: true when the step in dir finished with exactly this command
+  [ -f "$1/.done" ] && [ "$(cat "$1/.done")" = "$2" ]
+}
+
+mark_done() {  # dir, command string
+  [ "$DRY_RUN" = 1 ] || printf '%s' "$2" > "$1/.done"
+}
+
+# fresh_step DIR CMD...: a step whose output folder is rebuilt from scratch unless finished
+fresh_step() {
+  local dir=$1; shift
+  local line; line=$(quote_cmd "$@")
+  if is_done "$dir" "$line"; then echo "= done already: $line"; return 0; fi
+  echo "+ $line"
+  [ "$DRY_RUN" = 1 ] && return 0
+  rm -rf "$dir"; mkdir -p "$dir"
+  "$@" || die "step failed: $line"
+  mark_done "$dir" "$line"
+}
+
+# train_step SAVE_DIR CMD...: fairseq-train with its progress on stdout and in SAVE_DIR/train.log;
+# an unfinished run resumes from SAVE_DIR/checkpoint_last.pt
+train_step() {
+  local dir=$1; shift
+  local line; line=$(quote_cmd "$@")
+  if is_done "$dir" "$line"; then echo "= done already: $line"; return 0; fi
+  echo "+ $line"
+  [ "$DRY_RUN" = 1 ] && return 0
+  mkdir -p "$dir"
+  [ -f "$dir/checkpoint_last.pt" ] && echo "$NAME: resuming from $dir/checkpoint_last.pt"
+  set +e
+  "$@" 2>&1 | tee -a "$dir/train.log"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  [ "$rc" = 0 ] || die "training failed (exit $rc), see $dir/train.log; rerun to resume"
+  [ -f "$dir/checkpoint_best.pt" ] || die "training wrote no $dir/checkpoint_best.pt, see $dir/train.log"
+  mark_done "$dir" "$line"
+}
+
+# cached_value FILE INPUT CMD...: runs CMD (which prints one value on its last stdout line) once
+# and keeps the value in FILE; a rerun reads FILE as long as it holds the same command and is newer
+# than INPUT (the checkpoint evaluated: a retrained checkpoint is evaluated again). Prints the value.
+cached_value() {
+  local file=$1 input=$2; shift 2
+  local line; line=$(quote_cmd "$@")
+  if [ -f "$file" ] && [ "$file" -nt "$input" ] && [ "$(sed -n 2p "$file")" = "$line" ]; then
+    sed -n 1p "$file"; return 0
+  fi
+  local value
+  value=$("$@" | tail -1) || die "failed: $line"
+  [ -n "$value" ] || die "no value from: $line"
+  printf '%s\n%s\n' "$value" "$line" > "$file.part" && mv "$file.part" "$file"
+  echo "$value"
+}
+
+# fetch URL DEST: downloads to DEST (via DEST.part) unless DEST exists; clear message on failure
+fetch() {
+  local url=$1 dest=$2 hint=$3
+  [ -s "$dest" ] && return 0
+  echo "+ curl -fL --retry 2 -o $dest.part $url"
+  [ "$DRY_RUN" = 1 ] && return 0
+  mkdir -p "$(dirname "$dest")"
+  if ! curl -fL --retry 2 --connect-timeout 20 -o "$dest.part" "$url"; then
+    rm -f "$dest.part"
+    die "could not download $url. $hint"
+  fi
+  mv "$dest.part" "$dest"
+}

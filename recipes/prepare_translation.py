@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Data preparation and scoring for the translation recipes (iwslt15_en_de.sh, multi30k.sh).
+
+Subcommands (each writes its outputs through a temporary name, so a half-written file is never
+taken for a finished one):
+
+``iwslt --tarball de-en.tgz --outdir D [--src en --tgt de] [--valid tst2012] [--test tst2014]``
+    Extracts raw text from an IWSLT'15 texts release tarball (or an already extracted folder):
+    ``train.tags.<pair>.<lang>`` (drops the metadata lines, which start with ``<`` such as
+    ``<url>``, ``<talkid>``, ``<keywords>``, ``<speaker>``, ``<title>``, ``<description>``; both sides
+    must agree line by line; pairs with an empty side are dropped) and the ``<seg>`` elements of
+    ``IWSLT15.TED.<set>.<pair>.<lang>.xml`` for valid and test (XML entities unescaped). Writes
+    ``train|valid|test.<src>|<tgt>``.
+
+``plain --indir D --outdir O --src en --tgt de [--split train=train --split valid=val ...]``
+    Copies parallel text files, removing trailing empty lines (Multi30k's files end with one extra
+    empty line, which must not become an empty sentence pair) and checking both sides agree.
+
+``tokenize --lang L --input F --output G [--tokenizer auto|moses|simple]``
+    Word tokenization. ``moses`` is sacremoses (Moses' tokenizer, no XML escaping, no aggressive
+    dash splitting); ``simple`` is a dependency-free fallback: every run of letters/digits (with
+    inner apostrophes such as "don't" or "l'homme" kept) is a token, every other non-space
+    character is a token of its own. ``auto`` (default) is moses when sacremoses is importable,
+    else simple; the choice is printed.
+
+``detokenize --lang L --input F --output G [--tokenizer ...]``
+    The inverse, used before scoring word-level output against the raw references.
+
+``spm-train --input F [F ...] --model-prefix P --vocab-size N``, ``spm-encode --model P.model --input F --output G``
+    SentencePiece (unigram) on raw text.
+
+``tokenize-dir --indir D --outdir O --src en --tgt de``, ``spm-dir --indir D --outdir O --src en --tgt de --vocab-size N [--joint]``
+    The two above for every ``{train,valid,test}.{src,tgt}`` of a folder; spm-dir trains one model per
+    language on the training side of that language (or one joint model on both, ``--joint``) and
+    writes ``spm.<lang>.model`` (``spm.joint.model``) beside the encoded files.
+
+``hyps --generate-output F --output G``
+    The hypotheses (``H-<id>`` lines) of a fairseq-generate output in sentence order.
+
+``bleu --hyp F --ref G [--tokenize 13a|none]``
+    Corpus BLEU with sacrebleu; prints the score.
+"""
+
+import argparse
+import glob
+import html
+import os
+import re
+import sys
+import tarfile
+import tempfile
+
+
+def write_lines(path, lines):
+    tmp = path + ".part"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")
+    os.replace(tmp, path)
+
+
+def read_lines(path):
+    """The lines of a file (split on "\\n" only; a missing final newline is tolerated)."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def strip_trailing_empty(lines):
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
+# ---------------------------------------------------------------- IWSLT extraction
+
+def _find(root, pattern, what):
+    hits = sorted(glob.glob(os.path.join(root, "**", pattern), recursive=True))
+    if not hits:
+        raise SystemExit(f"prepare_translation.py: no {what} ({pattern}) under {root}")
+    return hits[0]
+
+
+def train_tags_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n").strip() for line in f]
+
+
+def xml_segments(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    segs = re.findall(r"<seg[^>]*>(.*?)</seg>", text, flags=re.S)
+    return [html.unescape(s).strip() for s in segs]
+
+
+def extract_iwslt(tarball, outdir, src, tgt, valid_set, test_set):
+    with tempfile.TemporaryDirectory() as tmp:
+        if os.path.isdir(tarball):
+            root = tarball
+        else:
+            with tarfile.open(tarball) as tar:
+                members = [m for m in tar.getmembers()
+                           if m.isfile() and not os.path.isabs(m.name) and ".." not in m.name.split("/")]
+                tar.extractall(tmp, members=members)
+            root = tmp
+        sides = {}
+        for lang in (src, tgt):
+            sides[lang] = train_tags_lines(_find(root, f"train.tags.*.{lang}", f"training file for {lang}"))
+        a, b = sides[src], sides[tgt]
+        if len(a) != len(b):
+            raise SystemExit(f"prepare_translation.py: train.tags files differ in length ({len(a)} vs {len(b)})")
+        train = []
+        for x, y in zip(a, b):
+            tag_x, tag_y = x.startswith("<"), y.startswith("<")
+            if tag_x != tag_y:
+                raise SystemExit(f"prepare_translation.py: train.tags files out of step at {x[:40]!r} / {y[:40]!r}")
+            if tag_x or not x or not y:
+                continue
+            train.append((x, y))
+        os.makedirs(outdir, exist_ok=True)
+        write_lines(os.path.join(outdir, f"train.{src}"), [x for x, _ in train])
+        write_lines(os.path.join(outdir, f"train.{tgt}"), [y for _, y in train])
+        counts = {"train": len(train)}
+        for split, name in (("valid", valid_set), ("test", test_set)):
+            segs = {}
+            for lang in (src, tgt):
+                segs[lang] = xml_segments(_find(root, f"*{name}*.{lang}.xml", f"{name} file for {lang}"))
+            if len(segs[src]) != len(segs[tgt]):
+                raise SystemExit(f"prepare_translation.py: {name} sides differ ({len(segs[src])} vs {len(segs[tgt])} segments)")
+            for lang in (src, tgt):
+                write_lines(os.path.join(outdir, f"{split}.{lang}"), segs[lang])
+            counts[split] = len(segs[src])
+    print(f"extracted {counts}")
+    return counts
+
+
+def copy_plain(indir, outdir, src, tgt, splits):
+    os.makedirs(outdir, exist_ok=True)
+    counts = {}
+    for split, name in splits:
+        sides = {lang: strip_trailing_empty(read_lines(os.path.join(indir, f"{name}.{lang}")))
+                 for lang in (src, tgt)}
+        if len(sides[src]) != len(sides[tgt]):
+            raise SystemExit(f"prepare_translation.py: {name}.{src} and {name}.{tgt} differ in length")
+        empty = [i for i, (x, y) in enumerate(zip(sides[src], sides[tgt])) if not x.strip() or not y.strip()]
+        if empty:
+            raise SystemExit(f"prepare_translation.py: {name} has empty lines inside (line {empty[0] + 1})")
+        for lang in (src, tgt):
+            write_lines(os.path.join(outdir, f"{split}.{lang}"), [s.strip() for s in sides[lang]])
+        counts[split] = len(sides[src])
+    print(f"copied {counts}")
+    return counts
+
+
+# ---------------------------------------------------------------- tokenization
+
+SIMPLE_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
+NO_SPACE_BEFORE = set(".,!?;:%)]}'’”»")
+NO_SPACE_AFTER = set("([{$“«¿¡")
+
+
+def simple_tokenize(line):
+    return " ".join(SIMPLE_TOKEN.findall(line))
+
+
+def simple_detokenize(line):
+    """Undoes simple_tokenize approximately: no space before closing punctuation, after opening
+    brackets, around "-", and inside pairs of straight double quotes."""
+    out = ""
+    in_quote = False
+    for tok in line.split():
+        if tok == '"':
+            out += tok if (in_quote or not out) else " " + tok
+            in_quote = not in_quote
+            continue
+        glue = (not out or tok in NO_SPACE_BEFORE or out[-1] in NO_SPACE_AFTER or tok == "-"
+                or out.endswith("-") or (in_quote and out.endswith('"')))
+        out += tok if glue else " " + tok
+    return out
+
+
+def resolve_tokenizer(name):
+    if name in ("auto", "moses"):
+        try:
+            import sacremoses  # noqa: F401
+            return "moses"
+        except ImportError:
+            if name == "moses":
+                raise SystemExit("prepare_translation.py: --tokenizer moses needs sacremoses (pip install sacremoses)")
+            return "simple"
+    return name
+
+
+def tokenize_file(inp, out, lang, tokenizer):
+    kind = resolve_tokenizer(tokenizer)
+    lines = read_lines(inp)
+    if kind == "moses":
+        from sacremoses import MosesTokenizer
+        mt = MosesTokenizer(lang=lang)
+        toks = [mt.tokenize(l, escape=False, return_str=True) for l in lines]
+    else:
+        toks = [simple_tokenize(l) for l in lines]
+    write_lines(out, toks)
+    print(f"tokenizer: {kind}")
+    return kind
+
+
+def detokenize_file(inp, out, lang, tokenizer):
+    kind = resolve_tokenizer(tokenizer)
+    lines = read_lines(inp)
+    if kind == "moses":
+        from sacremoses import MosesDetokenizer
+        md = MosesDetokenizer(lang=lang)
+        res = [md.detokenize(l.split()) for l in lines]
+    else:
+        res = [simple_detokenize(l) for l in lines]
+    write_lines(out, res)
+    print(f"detokenizer: {kind}")
+
+
+# ---------------------------------------------------------------- sentencepiece
+
+def spm_train(inputs, prefix, vocab_size):
+    import sentencepiece as spm
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        input=",".join(inputs), model_prefix=prefix + ".part", vocab_size=vocab_size,
+        character_coverage=1.0, model_type="unigram", hard_vocab_limit=False,
+        input_sentence_size=2_000_000, shuffle_input_sentence=True, minloglevel=2,
+    )
+    for ext in ("model", "vocab"):
+        os.replace(f"{prefix}.part.{ext}", f"{prefix}.{ext}")
+
+
+def spm_encode(model, inp, out):
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=model)
+    write_lines(out, [" ".join(sp.encode(l, out_type=str)) for l in read_lines(inp)])
+
+
+SPLITS = ("train", "valid", "test")
+
+
+def tokenize_dir(indir, outdir, src, tgt, tokenizer):
+    os.makedirs(outdir, exist_ok=True)
+    for split in SPLITS:
+        for lang in (src, tgt):
+            kind = tokenize_file(os.path.join(indir, f"{split}.{lang}"), os.path.join(outdir, f"{split}.{lang}"),
+                                 lang, tokenizer)
+    with open(os.path.join(outdir, "tokenizer"), "w") as f:
+        f.write(kind + "\n")
+
+
+def spm_dir(indir, outdir, src, tgt, vocab_size, joint):
+    os.makedirs(outdir, exist_ok=True)
+    if joint:
+        prefix = os.path.join(outdir, "spm.joint")
+        spm_train([os.path.join(indir, f"train.{l}") for l in (src, tgt)], prefix, vocab_size)
+        models = {src: prefix + ".model", tgt: prefix + ".model"}
+    else:
+        models = {}
+        for lang in (src, tgt):
+            prefix = os.path.join(outdir, f"spm.{lang}")
+            spm_train([os.path.join(indir, f"train.{lang}")], prefix, vocab_size)
+            models[lang] = prefix + ".model"
+    for split in SPLITS:
+        for lang in (src, tgt):
+            spm_encode(models[lang], os.path.join(indir, f"{split}.{lang}"), os.path.join(outdir, f"{split}.{lang}"))
+
+
+# ---------------------------------------------------------------- scoring
+
+def hyps(generate_output, out):
+    found = {}
+    with open(generate_output, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("H-"):
+                parts = line.rstrip("\n").split("\t")
+                found[int(parts[0][2:])] = parts[2] if len(parts) > 2 else ""
+    if not found:
+        raise SystemExit(f"prepare_translation.py: no H- lines in {generate_output}")
+    n = max(found) + 1
+    missing = [i for i in range(n) if i not in found]
+    if missing:
+        raise SystemExit(f"prepare_translation.py: hypotheses missing for sentences {missing[:5]}")
+    write_lines(out, [found[i] for i in range(n)])
+
+
+def bleu(hyp, ref, tokenize):
+    import sacrebleu
+    h, r = read_lines(hyp), read_lines(ref)
+    if len(h) != len(r):
+        raise SystemExit(f"prepare_translation.py: {len(h)} hypotheses for {len(r)} references")
+    score = sacrebleu.corpus_bleu(h, [r], tokenize=tokenize)
+    print(f"{score.score:.2f}")
+    return score.score
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="translation data preparation and scoring")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("iwslt")
+    a.add_argument("--tarball", required=True)
+    a.add_argument("--outdir", required=True)
+    a.add_argument("--src", default="en")
+    a.add_argument("--tgt", default="de")
+    a.add_argument("--valid", default="tst2012")
+    a.add_argument("--test", default="tst2014")
+    a = sub.add_parser("plain")
+    a.add_argument("--indir", required=True)
+    a.add_argument("--outdir", required=True)
+    a.add_argument("--src", default="en")
+    a.add_argument("--tgt", default="de")
+    a.add_argument("--split", action="append", default=None,
+                   help="OUT=IN (repeatable); default train=train valid=val test=test")
+    for name in ("tokenize", "detokenize"):
+        a = sub.add_parser(name)
+        a.add_argument("--lang", required=True)
+        a.add_argument("--input", required=True)
+        a.add_argument("--output", required=True)
+        a.add_argument("--tokenizer", default="auto", choices=["auto", "moses", "simple"])
+    a = sub.add_parser("tokenize-dir")
+    a.add_argument("--indir", required=True)
+    a.add_argument("--outdir", required=True)
+    a.add_argument("--src", default="en")
+    a.add_argument("--tgt", default="de")
+    a.add_argument("--tokenizer", default="auto", choices=["auto", "moses", "simple"])
+    a = sub.add_parser("spm-dir")
+    a.add_argument("--indir", required=True)
+    a.add_argument("--outdir", required=True)
+    a.add_argument("--src", default="en")
+    a.add_argument("--tgt", default="de")
+    a.add_argument("--vocab-size", type=int, default=16000)
+    a.add_argument("--joint", action="store_true")
+    a = sub.add_parser("spm-train")
+    a.add_argument("--input", nargs="+", required=True)
+    a.add_argument("--model-prefix", required=True)
+    a.add_argument("--vocab-size", type=int, default=16000)
+    a = sub.add_parser("spm-encode")
+    a.add_argument("--model", required=True)
+    a.add_argument("--input", required=True)
+    a.add_argument("--output", required=True)
+    a = sub.add_parser("hyps")
+    a.add_argument("--generate-output", required=True)
+    a.add_argument("--output", required=True)
+    a = sub.add_parser("bleu")
+    a.add_argument("--hyp", required=True)
+    a.add_argument("--ref", required=True)
+    a.add_argument("--tokenize", default="13a")
+    args = p.parse_args(argv)
+
+    if args.cmd == "iwslt":
+        extract_iwslt(args.tarball, args.outdir, args.src, args.tgt, args.valid, args.test)
+    elif args.cmd == "plain":
+        splits = [tuple(s.split("=", 1)) for s in (args.split or ["train=train", "valid=val", "test=test"])]
+        copy_plain(args.indir, args.outdir, args.src, args.tgt, splits)
+    elif args.cmd == "tokenize":
+        tokenize_file(args.input, args.output, args.lang, args.tokenizer)
+    elif args.cmd == "detokenize":
+        detokenize_file(args.input, args.output, args.lang, args.tokenizer)
+    elif args.cmd == "tokenize-dir":
+        tokenize_dir(args.indir, args.outdir, args.src, args.tgt, args.tokenizer)
+    elif args.cmd == "spm-dir":
+        spm_dir(args.indir, args.outdir, args.src, args.tgt, args.vocab_size, args.joint)
+    elif args.cmd == "spm-train":
+        spm_train(args.input, args.model_prefix, args.vocab_size)
+    elif args.cmd == "spm-encode":
+        spm_encode(args.model, args.input, args.output)
+    elif args.cmd == "hyps":
+        hyps(args.generate_output, args.output)
+    elif args.cmd == "bleu":
+        bleu(args.hyp, args.ref, args.tokenize)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
