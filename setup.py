@@ -16,6 +16,7 @@ setup(
         "numpy",
         "sacrebleu>=2.0",
         "sentencepiece",
+        "sacremoses",  # tokenizer of the translation recipes
         "matplotlib",
     ],
     extras_require={"test": ["pytest"]},
