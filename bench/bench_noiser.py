@@ -26,7 +26,7 @@ exposes them to the same background load); tokens/s is reported from the median 
 next to the best whole pass. ``--stack N`` also times the plugin on N batches stacked in one call,
 which separates numpy's per-call overhead from the per-token cost.
 
-Run: ``/work/venv/bin/python bench/bench_noiser.py [--ptb-dir DIR]``.
+Run: ``.venv/bin/python bench/bench_noiser.py [--ptb-dir DIR]``.
 """
 
 import argparse

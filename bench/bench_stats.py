@@ -11,7 +11,7 @@ Figures printed (best of ``--repeats``, default 3):
   ``train.noise-stats.npz``), then the cached call (hash the data, read the npz) -- what every
   later ``fairseq-train`` run pays.
 
-Run: ``/work/venv/bin/python bench/bench_stats.py [--ptb-dir DIR]``.
+Run: ``.venv/bin/python bench/bench_stats.py [--ptb-dir DIR]``.
 """
 
 import argparse

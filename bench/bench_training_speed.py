@@ -32,7 +32,7 @@ loaded machine the end-to-end ratios scatter by several percent; this decomposit
 precise, since fetching through the wrapper and its collater are the only per-update code that
 differs between the two runs.
 
-Run: ``/work/venv/bin/python bench/bench_training_speed.py [--ptb-dir DIR] [--mode inprocess]``.
+Run: ``.venv/bin/python bench/bench_training_speed.py [--ptb-dir DIR] [--mode inprocess]``.
 """
 
 import argparse
