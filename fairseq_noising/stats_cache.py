@@ -16,7 +16,6 @@ import zipfile
 
 import numpy as np
 
-from .errors import NoisingError
 from .ngram_stats import STATS_FORMAT_VERSION, BigramStats, sentence_stats, stream_stats
 
 logger = logging.getLogger(__name__)
@@ -111,11 +110,6 @@ def load_or_build_stats(prefix: str, dataset, dictionary, mode: str, use_cache: 
             logger.info(f"loaded noise statistics from {path}")
             return stats
     tokens, sizes = read_token_stream(dataset)
-    if tokens.size and int(tokens.max()) >= vocab_size:
-        raise NoisingError(
-            f"the binarized data {prefix}.bin holds token id {int(tokens.max())} but its "
-            f"dictionary has only {vocab_size} symbols: the data and dict file do not match"
-        )
     if mode == "stream":
         stats = stream_stats(tokens, vocab_size)
     else:
