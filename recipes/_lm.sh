@@ -72,7 +72,24 @@ for scheme in $SCHEMES; do
   TEST[$scheme]=$(ppl_of "$RUN_DIR/$scheme-g$best/checkpoint_best.pt" test)
 done
 
-# 5. results
+# 5. the training logs and Figure 1 (train and valid curves, none vs kn) beside the results file
+LOGS_DIR="${OUT%.md}-logs"
+FIGURE="${OUT%.md}-curves.png"
+mkdir -p "$LOGS_DIR"
+for scheme in $SCHEMES; do
+  for gamma in $(gammas_of "$scheme"); do
+    cp "$RUN_DIR/$scheme-g$gamma/train.log" "$LOGS_DIR/$scheme-g$gamma.train.log"
+  done
+done
+CURVES_CMD=()
+if [[ " $SCHEMES " == *" none "* && " $SCHEMES " == *" kn "* ]]; then
+  CURVES_CMD=("$BIN/fairseq-noise-analyze" curves "none=$LOGS_DIR/none-g0.train.log"
+              "kn gamma_0 ${BEST_GAMMA[kn]}=$LOGS_DIR/kn-g${BEST_GAMMA[kn]}.train.log"
+              --json "${FIGURE%.png}.json" --output "$FIGURE")
+  CURVES_TABLE=$("${CURVES_CMD[@]}") || die "failed: $(quote_cmd "${CURVES_CMD[@]}")"
+fi
+
+# 6. results
 mkdir -p "$(dirname "$OUT")"
 {
   echo "# $TITLE"
@@ -101,6 +118,17 @@ mkdir -p "$(dirname "$OUT")"
     done
   done
   echo
+  echo "Training logs of every run: [\`$(basename "$LOGS_DIR")/\`]($(basename "$LOGS_DIR")/)."
+  if [ "${#CURVES_CMD[@]}" -gt 0 ]; then
+    echo
+    echo "Figure 1 of the paper for this run: training and validation perplexity per epoch, unnoised"
+    echo "versus bigram Kneser-Ney noising (the kn training perplexity is measured on noised data)."
+    echo
+    echo "![training and validation curves]($(basename "$FIGURE"))"
+    echo
+    grep -v '^wrote ' <<< "$CURVES_TABLE" | sed 's/^/    /'
+  fi
+  echo
   echo "## Commands"
   echo
   echo "Binarization:"
@@ -117,6 +145,12 @@ mkdir -p "$(dirname "$OUT")"
   echo
   eval_cmd "RUN/checkpoint_best.pt" "SPLIT"
   echo "    $(quote_cmd "${EVAL[@]}")"
+  if [ "${#CURVES_CMD[@]}" -gt 0 ]; then
+    echo
+    echo "Figure:"
+    echo
+    echo "    $(quote_cmd "${CURVES_CMD[@]}")"
+  fi
 } > "$OUT.part"
 mv "$OUT.part" "$OUT"
 echo

@@ -153,7 +153,21 @@ for row in $ROWS; do
   BLEU_OF[$row]=$b; TOKBLEU_OF[$row]=$t
 done
 
-# 5. results
+# 5. the training logs (and the test translations of the chosen runs) beside the results file
+LOGS_DIR="${OUT%.md}-logs"
+mkdir -p "$LOGS_DIR"
+for row in $ROWS; do
+  for gamma in $(gammas_of "$row"); do
+    dir=$(run_dir "$row" "$gamma")
+    cp "$dir/train.log" "$LOGS_DIR/${row/:/-}-g$gamma.train.log"
+  done
+  dir=$(run_dir "$row" "${BEST_GAMMA[$row]}")
+  if [ -f "$dir/checkpoint_best.pt.test.detok" ]; then
+    cp "$dir/checkpoint_best.pt.test.detok" "$LOGS_DIR/${row/:/-}-g${BEST_GAMMA[$row]}.test.detok"
+  fi
+done
+
+# 6. results
 declare -A LABEL=([none]="dropout, no noising" [blank]="blank noising" [unigram]="unigram noising"
   [kn]="bigram Kneser-Ney" [kn:source]="bigram Kneser-Ney, source only" [kn:target]="bigram Kneser-Ney, target only"
   [ad]="absolute discounting" [uniform]="uniform noising" [mkn]="modified Kneser-Ney")
@@ -188,6 +202,9 @@ mkdir -p "$(dirname "$OUT")"
       echo "| $row | $gamma | ${PPL[$row-$gamma]} | ${EPOCHS[$row-$gamma]} |"
     done
   done
+  echo
+  echo "Training logs of every run and the detokenized test translations of the chosen gamma_0:"
+  echo "[\`$(basename "$LOGS_DIR")/\`]($(basename "$LOGS_DIR")/)."
   echo
   echo "## Commands"
   echo

@@ -318,6 +318,12 @@ def test_multi30k_end_to_end_tiny(data_env, tmp_path):
     assert len((work / "raw" / "test.de").read_text().splitlines()) == 24
     hyp = next(work.glob("runs-*/none-g0/checkpoint_best.pt.test.hyp"))
     assert len(hyp.read_text().splitlines()) == 24
+    logs = Path(data_env["RESULTS_DIR"]) / "multi30k-logs"
+    assert sorted(p.name for p in logs.iterdir()) == [
+        "kn-target-g0.2.test.detok", "kn-target-g0.2.train.log", "none-g0.test.detok", "none-g0.train.log"]
+    assert "begin training epoch 1" in (logs / "none-g0.train.log").read_text()
+    assert len((logs / "none-g0.test.detok").read_text().splitlines()) == 24
+    assert "[`multi30k-logs/`](multi30k-logs/)" in md
 
     # rerun: every step is done already; a run whose marker is gone resumes from checkpoint_last.pt
     (next(work.glob("runs-*/none-g0")) / ".done").unlink()
@@ -347,6 +353,16 @@ def test_ptb_end_to_end_tiny(data_env, tmp_path):
     assert cells[1] == min(sweep, key=sweep.get)
     assert "--stateful-bptt --batch-size 1 --tokens-per-sample 35" in md
     assert "--lr-scheduler paper_halving --halvings 8 --stop-min-lr 0" in md
+    # the logs and Figure 1 (none vs the chosen kn run) are written beside the results file
+    results = Path(data_env["RESULTS_DIR"])
+    assert sorted(p.name for p in (results / "ptb-small-logs").iterdir()) == [
+        "kn-g0.2.train.log", "kn-g0.4.train.log", "none-g0.train.log"]
+    assert (results / "ptb-small-curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![training and validation curves](ptb-small-curves.png)" in md
+    curves = json.loads((results / "ptb-small-curves.json").read_text())["runs"]
+    assert sorted(curves) == ["kn gamma_0 " + cells[1], "none"]
+    assert curves["none"]["path"].endswith("ptb-small-logs/none-g0.train.log")
+    assert len(curves["none"]["valid_ppl"]) == 1 and len(curves["none"]["train_ppl"]) == 1
     again = recipe("ptb.sh", env=env)
     assert not [l for l in again.stdout.splitlines() if l.startswith("+ ")], "a rerun runs nothing"
     assert again.stdout.count("= done already") == 4  # data-bin + 3 runs
