@@ -1,6 +1,6 @@
 # Shared helpers of the reproduction recipes (ptb.sh, text8.sh, iwslt15_en_de.sh, multi30k.sh).
-# Sourced, not run. Expects ROOT (the repository root), NAME (the recipe's name, for messages) and
-# DRY_RUN (0 or 1) to be set.
+# Sourced, not run. Expects ROOT (the repository root) and NAME (the recipe's name, for messages)
+# to be set; the recipe then calls parse_options, which sets DRY_RUN.
 #
 # Markers: a step whose output is complete writes "$dir/.done" holding the exact command it ran.
 # A rerun skips the step only if the marker exists and holds the same command, so changing a
@@ -13,6 +13,23 @@ PY="$BIN/python"
 PLUGIN="$ROOT/fairseq_noising"
 
 die() { echo "$NAME: $*" >&2; exit 1; }
+
+# parse_options EXTRA ARGS...: the recipes' command line. --help prints the header comment of
+# recipes/$NAME, --dry-run sets DRY_RUN=1, and --spm (accepted only when EXTRA is --spm) sets SPM=1;
+# anything else is refused with exit status 2.
+parse_options() {
+  local extra=$1 arg; shift
+  DRY_RUN=0
+  for arg in "$@"; do
+    case "$arg" in
+      --help|-h) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$ROOT/recipes/$NAME"; exit 0 ;;
+      --dry-run) DRY_RUN=1 ;;
+      --spm) [ "$extra" = --spm ] || { echo "$NAME: unknown option $arg (expected --dry-run or --help)" >&2; exit 2; }
+             SPM=1 ;;
+      *) echo "$NAME: unknown option $arg (expected ${extra:+$extra, }--dry-run or --help)" >&2; exit 2 ;;
+    esac
+  done
+}
 
 check_env() {
   [ -x "$BIN/fairseq-train" ] || die "$BIN/fairseq-train not found: run 'bash recipes/setup.sh' first (or set VENV)"

@@ -41,17 +41,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 NAME=iwslt15_en_de.sh
-DRY_RUN=0
 SPM=${SPM:-0}
-for arg in "$@"; do
-  case "$arg" in
-    --help|-h) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    --dry-run) DRY_RUN=1 ;;
-    --spm) SPM=1 ;;
-    *) echo "$NAME: unknown option $arg (expected --spm, --dry-run or --help)" >&2; exit 2 ;;
-  esac
-done
 source "$ROOT/recipes/_common.sh"
+parse_options "--spm" "$@"
 WORK=$(realpath -m "${WORK:-runs/iwslt15}")
 RESULTS_DIR=${RESULTS_DIR:-$ROOT/results}
 IWSLT_URL=${IWSLT_URL:-https://wit3.fbk.eu/archive/2015-01/texts/de/en/de-en.tgz}

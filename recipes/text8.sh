@@ -29,15 +29,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 NAME=text8.sh
-DRY_RUN=0
-for arg in "$@"; do
-  case "$arg" in
-    --help|-h) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    --dry-run) DRY_RUN=1 ;;
-    *) echo "$NAME: unknown option $arg (expected --dry-run or --help)" >&2; exit 2 ;;
-  esac
-done
 source "$ROOT/recipes/_common.sh"
+parse_options "" "$@"
 
 SCHEMES=${SCHEMES:-none blank unigram kn}
 GAMMAS=${GAMMAS:-0.1 0.2 0.3}
