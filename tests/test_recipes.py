@@ -139,6 +139,14 @@ def test_help(name):
     assert "set -euo" not in out  # only the leading comment block
     bad = recipe(name, "--bogus", check=False)
     assert bad.returncode == 2 and "unknown option" in bad.stderr
+    # started from inside recipes/ (the recipe changes to the repository root first)
+    inside = subprocess.run(["bash", name, "--help"], capture_output=True, text=True, cwd=RECIPES, timeout=60)
+    assert inside.returncode == 0 and inside.stdout == out
+    spm = recipe(name, "--spm", "--help", check=False)
+    if name in ("iwslt15_en_de.sh", "multi30k.sh"):
+        assert spm.returncode == 0 and spm.stdout == out
+    else:
+        assert spm.returncode == 2 and f"{name}: unknown option --spm" in spm.stderr
 
 
 EXPECTED = {
