@@ -69,13 +69,19 @@ mark_done() {  # dir, command string
   [ "$DRY_RUN" = 1 ] || printf '%s' "$2" > "$1/.done"
 }
 
+# step_needed DIR LINE: says whether the step runs ("+ LINE") or is finished ("= done already");
+# false when it is finished or this is a dry run
+step_needed() {
+  if is_done "$1" "$2"; then echo "= done already: $2"; return 1; fi
+  echo "+ $2"
+  [ "$DRY_RUN" != 1 ]
+}
+
 # fresh_step DIR CMD...: a step whose output folder is rebuilt from scratch unless finished
 fresh_step() {
   local dir=$1; shift
   local line; line=$(quote_cmd "$@")
-  if is_done "$dir" "$line"; then echo "= done already: $line"; return 0; fi
-  echo "+ $line"
-  [ "$DRY_RUN" = 1 ] && return 0
+  step_needed "$dir" "$line" || return 0
   rm -rf "$dir"; mkdir -p "$dir"
   "$@" || die "step failed: $line"
   mark_done "$dir" "$line"
@@ -86,9 +92,7 @@ fresh_step() {
 train_step() {
   local dir=$1; shift
   local line; line=$(quote_cmd "$@")
-  if is_done "$dir" "$line"; then echo "= done already: $line"; return 0; fi
-  echo "+ $line"
-  [ "$DRY_RUN" = 1 ] && return 0
+  step_needed "$dir" "$line" || return 0
   mkdir -p "$dir"
   [ -f "$dir/checkpoint_last.pt" ] && echo "$NAME: resuming from $dir/checkpoint_last.pt"
   set +e
