@@ -5,7 +5,8 @@ All statistics are over token ids of one vocabulary of size ``V``:
 - ``unigram[x]``          c(x), occurrences of x;
 - ``successor_total[x]``  sum_y c(x, y), bigram tokens that start with x;
 - ``distinct_successors[x]``   N1+(x, .), bigram types that start with x;
-- ``distinct_predecessors[x]`` N1+(., x), bigram types that end with x;
+- ``distinct_predecessors[x]`` N1+(., x), bigram types that end with x (a stream's first
+  token counts at least one, as in the authors' code);
 - ``n1[x], n2[x], n3plus[x]``  distinct successors of x seen exactly once, twice, three or more times;
 - ``discounts``           the corpus-wide Chen-Goodman discounts (D1, D2, D3+) from the
   counts-of-counts of bigram types.
@@ -21,7 +22,7 @@ Everything is vectorised: one ``np.unique`` over packed bigram keys does the cou
 from dataclasses import dataclass, fields
 import numpy as np
 
-STATS_FORMAT_VERSION = 1
+STATS_FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,16 @@ def _from_bigrams(tokens: np.ndarray, first: np.ndarray, second: np.ndarray, voc
 
 
 def stream_stats(tokens: np.ndarray, vocab_size: int) -> BigramStats:
-    """Statistics of one contiguous token stream (language modeling): every adjacent pair."""
+    """Statistics of one contiguous token stream (language modeling): every adjacent pair.
+
+    As in the authors' code, the stream's first token counts one distinct predecessor when it
+    has none (it would otherwise never be drawn from the Kneser-Ney proposal).
+    """
     tokens = np.asarray(tokens, dtype=np.int64)
-    return _from_bigrams(tokens, tokens[:-1], tokens[1:], vocab_size)
+    stats = _from_bigrams(tokens, tokens[:-1], tokens[1:], vocab_size)
+    if tokens.size and stats.distinct_predecessors[tokens[0]] == 0:
+        stats.distinct_predecessors[tokens[0]] = 1
+    return stats
 
 
 def sentence_stats(tokens: np.ndarray, sizes: np.ndarray, vocab_size: int) -> BigramStats:

@@ -2,7 +2,7 @@
 # Penn Treebank language modelling, Section 4.1 / Table 2 of the paper: one 2-layer LSTM per noising
 # scheme and gamma_0, trained with the paper's protocol (stateful truncated BPTT over 20 rows x 35
 # steps, loss summed over time and averaged over the batch (--sentence-avg), SGD lr 1.0, clip 5,
-# halve the lr when validation does not improve, stop after 8 halvings, keep the best epoch).
+# halve the lr when validation does not improve, stop at the first non-improvement after 8 halvings, keep the best epoch).
 # gamma_0 is chosen per scheme on validation perplexity; the winner is evaluated on test with
 # stateful evaluation (fairseq-eval-lm --stateful-bptt --batch-size 1 --tokens-per-sample 35).
 # Writes $RESULTS_DIR/ptb-$SIZE.md: our table beside the paper's Table 2, with the exact commands.
@@ -18,7 +18,7 @@
 #   GAMMAS       gamma_0 values tried for every noised scheme (default "0.1 0.2 0.3"); one run each
 #   HIDDEN, DROPOUT  override the architecture's hidden size / dropout (default: the SIZE's)
 #   MAX_EPOCH    cap on epochs (default 200; the 8 halvings normally end training first)
-#   HALVINGS     halvings before stopping (default 8)
+#   HALVINGS     halved learning rates trained before stopping (default 8)
 #   SEED         default 1
 #   EXTRA_ARGS   more fairseq-train flags, e.g. "--max-update 100" for a budgeted run
 #   WORK         working folder (default runs/ptb); finished steps are skipped on a rerun,

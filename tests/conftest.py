@@ -129,3 +129,15 @@ def build_task(argv):
 def lm_task_argv(data, scheme, gamma, *extra):
     return [data, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling", "--arch", "lstm_lm",
             "--noise-scheme", scheme, "--noise-gamma", gamma, "--tokens-per-sample", 35, *extra]
+
+
+@pytest.fixture(scope="session")
+def ptb_oracle():
+    """tests/oracle.py's statistics of the PTB training text, read the authors' way."""
+    from oracle import Oracle, read_ptb_words
+
+    return Oracle.from_stream(read_ptb_words(require_shared("ptb", "ptb.train.txt")))
+
+
+# fairseq's end of sentence is the authors' <eos>
+FAIRSEQ_TO_AUTHORS = {"</s>": "<eos>"}

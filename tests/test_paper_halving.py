@@ -144,7 +144,7 @@ def test_refuses_default_stop_min_lr_naming_the_flag():
     with pytest.raises(ValueError, match=r"pass --stop-min-lr 0.*got --stop-min-lr -1"):
         build(cfg=cfg)
     with pytest.raises(ValueError, match="--stop-min-lr 0.01 would stop training before the last"):
-        build(stop_min_lr=0.01)  # 1.0 / 2**7 = 0.0078 is the last learning rate trained with
+        build(stop_min_lr=0.01)  # 1.0 / 2**8 = 0.0039 is the last learning rate trained with
     build(stop_min_lr=0.001)
 
 
@@ -237,20 +237,23 @@ def test_momentum_state_is_cleared_on_restore():
     assert len(scheduler.optimizer.optimizer.state) == 0
 
 
-def test_training_stops_right_after_the_eighth_halving():
+def test_trains_at_lr_over_256_and_stops_at_the_next_non_improvement():
+    """The authors' lm.py: ``decay_count > max_decays`` (8) breaks, so the 8th halved rate
+    (1/256) is trained and the 9th non-improvement stops training."""
     scheduler, model = build()
     losses = [5.0, 5.5, 4.0, 4.5, 4.5, 3.0] + [9.0] * 20  # improvements do not count
     trained = run_protocol(scheduler, model, losses)
-    assert [e for e, _ in trained] == list(range(1, 12))  # 3 improving + 8 halving epochs
-    assert [lr for _, lr in trained] == [1, 1, .5, .5, .25, .125, .125] + [2.0 ** -k for k in (4, 5, 6, 7)]
-    assert scheduler.halvings == 8 and scheduler.finished
+    assert [e for e, _ in trained] == list(range(1, 13))  # 3 improving + 9 non-improving epochs
+    assert [lr for _, lr in trained] == [1, 1, .5, .5, .25, .125, .125] + [
+        2.0 ** -k for k in (4, 5, 6, 7, 8)]
+    assert scheduler.halvings == 9 and scheduler.finished
     assert scheduler.optimizer.get_lr() == 0.0  # the stop signal, <= --stop-min-lr 0
 
 
 def test_halvings_flag_and_shrink_factor():
     scheduler, model = build(halvings=2, lr_shrink=0.1)
-    trained = run_protocol(scheduler, model, [5.0, 6.0, 6.0, 6.0])
-    assert [lr for _, lr in trained] == [1.0, 1.0, pytest.approx(0.1)]
+    trained = run_protocol(scheduler, model, [5.0, 6.0, 6.0, 6.0, 6.0])
+    assert [lr for _, lr in trained] == [1.0, 1.0, pytest.approx(0.1), pytest.approx(0.01)]
     assert scheduler.optimizer.get_lr() == 0.0
 
 
@@ -358,7 +361,7 @@ def resume(checkpoint, next_epoch):
 @pytest.mark.parametrize("losses", [
     [5.0, 4.0, 4.5],  # the pending decision halves and restores
     [5.0, 4.0, 4.5, 3.0],  # the pending decision is an improvement
-    [5.0] + [6.0] * 8,  # the pending decision is the last halving: stop at once
+    [5.0] + [6.0] * 9,  # the pending decision is the stop after the last halving
 ])
 def test_resume_replays_the_decision_the_checkpoint_was_saved_before(losses):
     live, model = build()
@@ -438,7 +441,8 @@ def train_argv(data, save):
 
 def decisions(log):
     """[(epoch, halving number or '')] from the scheduler's log lines."""
-    return re.findall(r"paper_halving: epoch (\d+): .*?(?:halving (\d+)/\d+|lr stays)", log)
+    return re.findall(
+        r"paper_halving: epoch (\d+): .*?(?:halving (\d+)/\d+|lr stays|(stop): all)", log)
 
 
 def epoch_lrs(log):
@@ -447,11 +451,16 @@ def epoch_lrs(log):
             for e, lr in re.findall(r"epoch (\d+) \| loss [^\n]*?\| lr ([\d.e+-]+) \|", log)}
 
 
-EXPECTED_DECISIONS = [("1", "")] + [(str(e), str(e - 1)) for e in range(2, 10)]
-EXPECTED_LRS = {e: 1e-9 * 2.0 ** -max(0, e - 2) for e in range(1, 10)}  # 9 epochs < 30
+def expected_decisions(halvings):
+    return ([("1", "", "")] + [(str(e), str(e - 1), "") for e in range(2, halvings + 2)]
+            + [(str(halvings + 2), "", "stop")])
 
 
-def test_fairseq_train_halves_and_stops_after_the_eighth_halving(ptb300, tmp_path):
+EXPECTED_DECISIONS = expected_decisions(8)
+EXPECTED_LRS = {e: 1e-9 * 2.0 ** -max(0, e - 2) for e in range(1, 11)}  # 10 epochs < 30
+
+
+def test_fairseq_train_trains_at_lr_over_256_then_stops(ptb300, tmp_path):
     save = tmp_path / "ckpt"
     proc = run_cli(["fairseq-train", *train_argv(ptb300, save), "--max-epoch", 30],
                    env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -459,9 +468,11 @@ def test_fairseq_train_halves_and_stops_after_the_eighth_halving(ptb300, tmp_pat
     assert proc.returncode == 0
     assert decisions(log) == EXPECTED_DECISIONS
     assert "halving 1/8: lr 1e-09 -> 5e-10; restored the parameters of epoch 1" in log
-    assert "halving 8/8 was the last: lr 7.8125e-12 -> 0" in log
+    assert "halving 8/8: lr 7.8125e-12 -> 3.90625e-12" in log
+    assert "stop: all 8 halvings done: lr 3.90625e-12 -> 0" in log
     assert "stopping training because current learning rate (0.0)" in log
-    assert "begin training epoch 10" not in log
+    assert "begin training epoch 10" in log  # epoch 10 is trained at 1e-9 / 256
+    assert "begin training epoch 11" not in log
     assert epoch_lrs(log) == pytest.approx(EXPECTED_LRS)
     assert (save / "checkpoint_best.pt").exists()
 
@@ -479,24 +490,25 @@ def train_in_process(argv, caplog):
 
 
 def test_fairseq_train_interrupted_and_resumed_follows_the_same_protocol(ptb300, tmp_path, caplog):
-    # --halvings 3 (epochs 1..4) keeps this short; the protocol is the same as with 8
+    # --halvings 3 (epochs 1..5) keeps this short; the protocol is the same as with 8
     argv = train_argv(ptb300, tmp_path / "ckpt") + ["--halvings", 3]
+    expected = expected_decisions(3)
     # stopped by --max-epoch 3; its last checkpoint is written before epoch 3's halving
     first = train_in_process(argv + ["--max-epoch", 3], caplog)
-    assert decisions(first) == EXPECTED_DECISIONS[:3]
+    assert decisions(first) == expected[:3]
     assert "stopping training because current learning rate" not in first
     # resumed with --max-epoch 30 (fairseq's best of the first run is still set in this
     # process: the replay waits for the value restored from the checkpoint)
     second = train_in_process(argv + ["--max-epoch", 30], caplog)
     assert "resuming after epoch 3, saved before its decision" in second
-    assert decisions(second) == EXPECTED_DECISIONS[2:4]  # epoch 3 replayed, then epoch 4
-    assert "halving 3/3 was the last: lr 2.5e-10 -> 0" in second
+    assert decisions(second) == expected[2:5]  # epoch 3 replayed, then epochs 4 and 5
+    assert "stop: all 3 halvings done: lr 1.25e-10 -> 0" in second
     assert "stopping training because current learning rate (0.0)" in second
-    assert "begin training epoch 5" not in second
+    assert "begin training epoch 6" not in second
     lrs = {**epoch_lrs(first), **epoch_lrs(second)}
-    assert lrs == pytest.approx({e: EXPECTED_LRS[e] for e in range(1, 5)})
+    assert lrs == pytest.approx({e: EXPECTED_LRS[e] for e in range(1, 6)})
     # re-launching the finished run replays its last halving and trains nothing
     third = train_in_process(argv + ["--max-epoch", 30], caplog)
-    assert decisions(third) == EXPECTED_DECISIONS[3:4]
+    assert decisions(third) == expected[4:5]
     assert "stopping training because current learning rate (0.0)" in third
     assert "begin training epoch" not in third

@@ -206,6 +206,7 @@ class SideStats:
     target_name: Optional[str]
     gamma: np.ndarray
     noise_target: bool
+    specials: List[str] = field(default_factory=list)  # never noised, drawn or replaced
     positions: int = 0
     fired: int = 0
     changed: int = 0
@@ -320,6 +321,7 @@ class Preview:
                 target_name=None if target is None else target.name,
                 gamma=noiser.scheme.gamma,
                 noise_target=noiser.scheme.noise_target and target is not None,
+                specials=[context.dictionary[i] for i in noiser.scheme.special_ids],
             )
         self.items_are_batches = callable(getattr(self.clean, "example_ids", None))
         self.items = 0
@@ -439,6 +441,12 @@ class Preview:
                     f"{s['targets_replaced_fraction']:.2%} of {s['targets']:,} positions replaced",
                     file=file,
                 )
+            print(
+                f"[{stats.label}] special, never noised, drawn or replaced: "
+                f"{' '.join(stats.specials)}"
+                + ("" if "</s>" in stats.specials else " (</s> is an ordinary word)"),
+                file=file,
+            )
             context = next(c for c in self.columns if c.name == stats.context_name)
             tops = [(stats.context_name, stats.context_counts, context.dictionary)]
             if stats.noise_target:

@@ -25,6 +25,9 @@ Every value can be overridden on the command line:
 * ``--init-range R``    every weight and bias (embedding, LSTM, output projection) is drawn from
   U(-R, R) (default 0.1). The embedding row of ``<pad>`` is then set to zero (it never receives
   gradient from the input side; padding only ever occurs at the end of a row, see below).
+* ``--forget-bias B``   then added to every layer's forget-gate bias (default 1.0: the authors'
+  TensorFlow ``BasicLSTMCell(forget_bias=1.0)``, which adds 1 to the forget gate's
+  pre-activation; 0 leaves the uniform initialisation alone).
 
 Network: ``tokens -> Embedding(V, H) -> dropout -> nn.LSTM(H, H, num_layers=L, dropout=P)``
 (one fused call over the whole sequence, time-major, cuDNN on GPU) ``-> dropout ->
@@ -105,6 +108,27 @@ class NoisingLSTMLMConfig(FairseqDataclass):
         default=0.1,
         metadata={"help": "initialise every weight and bias uniformly in [-R, R]"},
     )
+    forget_bias: float = field(
+        default=1.0,
+        metadata={
+            "help": "added to every LSTM layer's forget-gate bias after initialisation "
+            "(TensorFlow's BasicLSTMCell(forget_bias=1.0) of the authors' code; 0: none)"
+        },
+    )
+
+
+def add_forget_bias_(lstm: nn.LSTM, value: float):
+    """Adds ``value`` to the forget-gate slice of one bias vector of every layer of ``lstm``.
+
+    TensorFlow's ``BasicLSTMCell(forget_bias=b)`` adds b to the forget gate's pre-activation at
+    every step; with PyTorch's gate order (input, forget, cell, output) the same pre-activation is
+    had by adding b to ``bias_ih_l{k}[H:2H]`` once.
+    """
+    if not value:
+        return
+    with torch.no_grad():
+        for layer in range(lstm.num_layers):
+            getattr(lstm, f"bias_ih_l{layer}")[lstm.hidden_size : 2 * lstm.hidden_size] += value
 
 
 def init_uniform_(module: nn.Module, init_range: float, padding_idx: Optional[int] = None):
@@ -127,6 +151,7 @@ class NoisingLSTMLMDecoder(FairseqIncrementalDecoder):
         dropout: float = 0.5,
         tie_embeddings: bool = False,
         init_range: float = 0.1,
+        forget_bias: float = 1.0,
         max_positions: int = DEFAULT_MAX_POSITIONS,
     ):
         super().__init__(dictionary)
@@ -151,6 +176,7 @@ class NoisingLSTMLMDecoder(FairseqIncrementalDecoder):
         self.output_projection = nn.Linear(hidden_size, num_embeddings, bias=True)
 
         init_uniform_(self.lstm, init_range)
+        add_forget_bias_(self.lstm, forget_bias)
         init_uniform_(self.output_projection, init_range)
         init_uniform_(self.embed_tokens, init_range, self.padding_idx)
         if tie_embeddings:
@@ -273,6 +299,7 @@ class NoisingLSTMLanguageModel(FairseqLanguageModel):
             dropout=args.dropout,
             tie_embeddings=args.tie_embeddings,
             init_range=args.init_range,
+            forget_bias=args.forget_bias,
         )
         return cls(decoder)
 

@@ -25,6 +25,11 @@ Command-line options (each overrides the architecture's value):
   fairseq's ``lstm`` model, the decoder's top-layer h_t enters the attention undropped.
 * ``--init-range R``       every weight and bias drawn from U(-R, R) (default 0.1); ``<pad>`` rows of
   the embeddings are then zeroed.
+* ``--forget-bias B``      added to every LSTM layer's forget-gate bias after initialisation
+  (default 0). Unlike the language model (1.0, the authors' TensorFlow ``BasicLSTMCell``), the
+  encoder-decoder keeps 0: the paper's translation set-up follows Luong et al. (2015), whose
+  models draw every parameter from U(-0.1, 0.1) with no forget-gate offset, and the authors'
+  translation code, which could say otherwise, is not public.
 * ``--reverse-source`` / ``--no-reverse-source``  read the source sentence backwards.
 
 Equations (per target step t, decoder top-layer state h_t, encoder top-layer outputs h_s)::
@@ -81,7 +86,7 @@ from fairseq.models import (
 )
 from fairseq.modules import FairseqDropout
 
-from .noising_lstm_lm import DEFAULT_MAX_POSITIONS, init_uniform_
+from .noising_lstm_lm import DEFAULT_MAX_POSITIONS, add_forget_bias_, init_uniform_
 
 
 def reading_order(
@@ -135,6 +140,7 @@ class NoisingLSTMEncoder(FairseqEncoder):
         dropout: float = 0.2,
         reverse_source: bool = True,
         init_range: float = 0.1,
+        forget_bias: float = 0.0,
         max_positions: int = DEFAULT_MAX_POSITIONS,
     ):
         super().__init__(dictionary)
@@ -152,6 +158,7 @@ class NoisingLSTMEncoder(FairseqEncoder):
         )
         self.dropout_out = FairseqDropout(dropout, module_name=self.__class__.__name__)
         init_uniform_(self.lstm, init_range)
+        add_forget_bias_(self.lstm, forget_bias)
         init_uniform_(self.embed_tokens, init_range, self.padding_idx)
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **unused):
@@ -203,6 +210,7 @@ class NoisingLSTMAttentionDecoder(FairseqIncrementalDecoder):
         num_layers: int = 2,
         dropout: float = 0.2,
         init_range: float = 0.1,
+        forget_bias: float = 0.0,
         max_positions: int = DEFAULT_MAX_POSITIONS,
     ):
         super().__init__(dictionary)
@@ -225,6 +233,7 @@ class NoisingLSTMAttentionDecoder(FairseqIncrementalDecoder):
         self.dropout_out = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.output_projection = nn.Linear(hidden_size, len(dictionary), bias=True)  # W_s, b_s
         init_uniform_(self.lstm, init_range)
+        add_forget_bias_(self.lstm, forget_bias)
         init_uniform_(self.attn_combine, init_range)
         init_uniform_(self.output_projection, init_range)
         init_uniform_(self.embed_tokens, init_range, self.padding_idx)
@@ -338,6 +347,9 @@ class NoisingLSTMSeq2SeqModel(FairseqEncoderDecoderModel):
                                  'and on the attentional hidden state')
         parser.add_argument('--init-range', type=float, metavar='R',
                             help='initialise every weight and bias uniformly in [-R, R]')
+        parser.add_argument('--forget-bias', type=float, metavar='B',
+                            help='added to every LSTM layer\'s forget-gate bias after '
+                                 'initialisation (default 0: Luong et al.\'s uniform init)')
         parser.add_argument('--reverse-source', dest='reverse_source', action='store_const',
                             const=True, help='read the source sentence backwards (default)')
         parser.add_argument('--no-reverse-source', dest='reverse_source', action='store_const',
@@ -354,6 +366,7 @@ class NoisingLSTMSeq2SeqModel(FairseqEncoderDecoderModel):
             dropout=args.dropout,
             reverse_source=args.reverse_source,
             init_range=args.init_range,
+            forget_bias=args.forget_bias,
         )
         decoder = NoisingLSTMAttentionDecoder(
             task.target_dictionary,
@@ -361,6 +374,7 @@ class NoisingLSTMSeq2SeqModel(FairseqEncoderDecoderModel):
             num_layers=args.num_layers,
             dropout=args.dropout,
             init_range=args.init_range,
+            forget_bias=args.forget_bias,
         )
         return cls(encoder, decoder)
 
@@ -374,7 +388,8 @@ def _set_defaults(args, **defaults):
 @register_model_architecture("noising_lstm_seq2seq", "noising_lstm_seq2seq")
 def base_architecture(args):
     _set_defaults(
-        args, hidden_size=512, num_layers=2, dropout=0.2, init_range=0.1, reverse_source=True
+        args, hidden_size=512, num_layers=2, dropout=0.2, init_range=0.1, forget_bias=0.0,
+        reverse_source=True,
     )
 
 

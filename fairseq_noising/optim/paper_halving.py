@@ -3,7 +3,9 @@
 Section 4 of the paper (following Zaremba et al., 2014 for Penn Treebank) trains with plain SGD at
 learning rate 1.0, clips gradients at norm 5, halves the learning rate whenever the validation
 cross entropy does not decrease after an epoch, "anneals the learning rate 8 times before stopping
-training" and keeps the model with the lowest validation perplexity. This scheduler implements the
+training" and keeps the model with the lowest validation perplexity. The authors' code
+(``lm.py``: ``if decay_count > max_decays: break``) trains at each of the 8 halved rates, down to
+1/256, and stops at the next (9th) non-improvement; ``--halvings 8`` does the same. This scheduler implements the
 part of that protocol that lives between epochs; the rest is ordinary fairseq flags
 (``--optimizer sgd --lr 1.0 --clip-norm 5``), and fairseq writes ``checkpoint_best.pt`` by itself.
 
@@ -26,8 +28,9 @@ epoch that improves by less than that (or gets worse) is halved, and so is every
 whatever its loss. A non-improving epoch also restores the best parameters, as in plateau mode
 (``--no-restore-best`` gives the literal Luong/Sutskever rule). The first epoch never halves.
 
-Both modes stop training right after the ``--halvings``-th halving (default 8): the epoch that
-would need a ninth learning rate is never trained. ``--max-epoch`` stays a cap.
+Both modes train at each of the ``--halvings`` halved rates (default 8: 1/2 ... 1/256) and stop
+at the next decision that would halve once more (the authors' ``decay_count > max_decays``): the
+epoch that would need a ninth halved rate is never trained. ``--max-epoch`` stays a cap.
 
 Perplexity and the unit of the loss
 -----------------------------------
@@ -45,10 +48,10 @@ Stopping
 --------
 fairseq-train stops between epochs when the learning rate returned by the scheduler is ``<=
 --stop-min-lr`` (fairseq_cli/train.py), and nothing else a scheduler returns can end the loop. After
-the last halving this scheduler sets the learning rate to 0, so ``--stop-min-lr 0`` stops training
-right there. fairseq's default ``--stop-min-lr`` is -1, which would go on training at learning rate
+the last halved rate's non-improving epoch this scheduler sets the learning rate to 0, so
+``--stop-min-lr 0`` stops training right there. fairseq's default ``--stop-min-lr`` is -1, which would go on training at learning rate
 0 until ``--max-epoch``; the scheduler refuses it with an error naming the flag, and refuses a
-``--stop-min-lr`` so large that it would stop before the last halving. No number to compute: always
+``--stop-min-lr`` so large that it would stop before the last halved rate is trained. No number to compute: always
 pass ``--stop-min-lr 0``.
 
 Resuming
@@ -138,8 +141,9 @@ class PaperHalvingLRScheduleConfig(FairseqDataclass):
     halvings: int = field(
         default=8,
         metadata={
-            "help": "stop training right after the N-th halving of the learning rate (the paper "
-            "anneals 8 times); needs --stop-min-lr 0"
+            "help": "train at N halved learning rates (the paper anneals 8 times: down to lr/256) "
+            "and stop at the next epoch that would halve again, as the authors' code does; "
+            "needs --stop-min-lr 0"
         },
     )
     halving_threshold: Optional[float] = field(
@@ -221,11 +225,11 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
                 "to 0 and fairseq-train stops only when it is <= --stop-min-lr "
                 f"(got --stop-min-lr {cfg.stop_min_lr})"
             )
-        last_lr = cfg.lr[0] * cfg.lr_shrink ** (cfg.halvings - 1)
+        last_lr = cfg.lr[0] * cfg.lr_shrink ** cfg.halvings
         if cfg.stop_min_lr >= last_lr:
             fail(
-                f"--stop-min-lr {cfg.stop_min_lr} would stop training before the last halving "
-                f"(learning rate {last_lr:g} after {cfg.halvings - 1}); pass --stop-min-lr 0"
+                f"--stop-min-lr {cfg.stop_min_lr} would stop training before the last halved rate "
+                f"(learning rate {last_lr:g} after {cfg.halvings}) is trained; pass --stop-min-lr 0"
             )
         if cfg.disable_validation:
             fail("needs the validation loss after every epoch; drop --disable-validation")
@@ -287,8 +291,8 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
     # ------------------------------------------------------------------ the protocol
     @property
     def finished(self):
-        """True once the last halving has happened (the learning rate is then 0)."""
-        return self.halvings >= self.cfg.halvings
+        """True once the epochs at the last halved rate stopped improving (the rate is then 0)."""
+        return self.halvings > self.cfg.halvings
 
     def _relative_ppl_improvement(self, prev, cur):
         """(ppl_prev - ppl_cur) / ppl_prev, with ppl = 2 ** loss unless the metric is ppl."""
@@ -349,7 +353,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
             if self.finished:
                 self.lr = 0.0
                 msg += (
-                    f"; halving {self.halvings}/{self.cfg.halvings} was the last: lr {old_lr:g} -> 0"
+                    f"; stop: all {self.cfg.halvings} halvings done: lr {old_lr:g} -> 0"
                     ", training stops (--stop-min-lr)"
                 )
             else:
@@ -473,13 +477,8 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
                 "(saved with --no-restore-best?); they cannot be restored until the next "
                 "improvement"
             )
-        if self.halvings > self.cfg.halvings:
-            raise ValueError(
-                f"--lr-scheduler paper_halving: the checkpoint has done {self.halvings} halvings, "
-                f"more than --halvings {self.cfg.halvings}"
-            )
-        if self.halvings == self.cfg.halvings:
-            self.lr = 0.0  # finished (e.g. --halvings lowered on resume)
+        if self.finished:
+            self.lr = 0.0  # the run had ended, or --halvings was lowered on resume
         last = self.last_step_epoch if self.last_step_epoch is not None else 0
         self._pending_epoch = self.epoch if self.epoch > last else None
         self._fairseq_best_at_load = _fairseq_best()

@@ -82,18 +82,24 @@ def add_blank(dictionary) -> int:
     return dictionary.add_symbol(BLANK_SYMBOL)
 
 
-def special_ids(dictionary):
-    """Symbols that are never noised nor drawn: the reserved ones but ``<unk>``, and ``<blank>``."""
-    reserved = [i for i in range(dictionary.nspecial) if i != dictionary.unk()]
+def special_ids(dictionary, eos_special: bool = True):
+    """Symbols that are never noised, drawn or replaced: padding, ``<s>``, ``<blank>``, the other
+    reserved symbols but ``<unk>``, and ``</s>`` unless ``eos_special`` is False (language
+    modeling, where ``</s>`` is an ordinary word as ``<eos>`` is in the authors' code)."""
+    ordinary = {dictionary.unk()} if eos_special else {dictionary.unk(), dictionary.eos()}
+    reserved = [i for i in range(dictionary.nspecial) if i not in ordinary]
     return reserved + [dictionary.index(BLANK_SYMBOL)]
 
 
-def build_noiser(scheme_name, gamma, prefix, dataset, dictionary, mode, seed, side):
+def build_noiser(
+    scheme_name, gamma, prefix, dataset, dictionary, mode, seed, side, eos_special=True
+):
     """A :class:`Noiser` for one side, from the (cached) statistics of its training data."""
     stats = load_or_build_stats(prefix, dataset, dictionary, mode)
     blank = dictionary.index(BLANK_SYMBOL)
+    specials = special_ids(dictionary, eos_special)
     scheme = build_scheme(
-        scheme_name, stats, gamma, special_ids(dictionary), blank_index=blank, vocab_size=len(dictionary)
+        scheme_name, stats, gamma, specials, blank_index=blank, vocab_size=len(dictionary)
     )
     logger.info(
         f"noising {prefix} with {scheme_name}, gamma_0={gamma}: mean noising probability "

@@ -44,6 +44,14 @@ class NoisedLanguageModelingConfig(LanguageModelingConfig, NoisingConfig):
             "model that takes initial_state (noising_lstm_lm)."
         },
     )
+    special_eos: bool = field(
+        default=False,
+        metadata={
+            "help": "treat </s> as a structural symbol, as translation does: never noised, drawn "
+            "from q, or replaced as a target (default: </s> is an ordinary word, as <eos> is in "
+            "the authors' code; consider this flag with --sample-break-mode eos)"
+        },
+    )
 
 
 @register_task("noised_language_modeling", dataclass=NoisedLanguageModelingConfig)
@@ -52,6 +60,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
 
     Statistics come from the whole training stream (each line followed by ``</s>``, bigrams
     across line ends); position j pairs context ``src_tokens[:, j]`` with ``target[:, j]``.
+    ``</s>`` is an ordinary word (counted, noised, drawn, replaced) unless ``--special-eos``.
     Validation and test data are never noised. ``<blank>`` is always in the dictionary.
 
     With ``--stateful-bptt`` batches are blocks of contiguous rows
@@ -114,6 +123,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
                 mode="stream",
                 seed=self.args.seed,
                 side=0,
+                eos_special=self.args.special_eos,
             )
             self.datasets[split] = self.wrap_noised(self.datasets[split], noiser)
         return self.datasets[split]
