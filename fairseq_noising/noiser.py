@@ -3,8 +3,8 @@
 At each position j a model reads the context token x_j and predicts the target y_j. One Bernoulli
 draw with probability gamma(x_j) decides whether position j is noised; when it fires, x_j is
 replaced (by ``<blank>`` or a draw from q) and, for schemes that noise targets (kn, mkn), y_j is
-replaced by an independent draw from q. Target positions that hold a special symbol (end of
-sentence, padding) are never replaced.
+replaced by an independent draw from q. Target positions that hold a special symbol (padding;
+the end of sentence where the scheme makes it special) are never replaced.
 
 As in the authors' code, a noised target is *not* copied into the next input: x_{j+1} keeps its
 own (original or independently noised) value even when y_j, which equals x_{j+1} in the clean
@@ -131,7 +131,7 @@ class Noiser:
             noised_target = target
             target_replaced = np.zeros_like(fired)
             if self.scheme.noise_target:
-                # a target that is itself special (end of sentence, padding) is never replaced
+                # a target that is itself special (padding, a special </s>) is never replaced
                 keep = self._ordinary[target.reshape(-1)[where]]
                 where, flat_hashes = where[keep], flat_hashes[keep]
                 with np.errstate(over="ignore"):

@@ -19,8 +19,9 @@ mkn        g0 (D1 n1 + D2 n2 + D3+ n3+)(x) / sum c     N1+(., x)                
 =========  ==========================================  =========================  ===================
 
 Probabilities are clipped to [0, 1]; a token with no successor in the training data gets g0.
-Special symbols (padding, begin and end of sentence, blank: ``special_ids``) are never noised and
-never drawn; their gamma and q are 0. The unknown word is an ordinary token.
+Special symbols (``special_ids``: padding, begin of sentence, blank, and the end of sentence in
+translation or with ``--special-eos``) are never noised and never drawn; their gamma and q are 0.
+The unknown word is an ordinary token.
 """
 
 from dataclasses import dataclass

@@ -2,7 +2,8 @@
 # Sourced, not run. Expects ROOT (the repository root) and NAME (the recipe's name, for messages)
 # to be set; the recipe then calls parse_options, which sets DRY_RUN.
 #
-# Markers: a step whose output is complete writes "$dir/.done" holding the exact command it ran.
+# Markers: a step whose output is complete writes "$dir/.done" holding the exact command it ran
+# (with absolute paths; what is printed, and the results pages, show them with rel_text).
 # A rerun skips the step only if the marker exists and holds the same command, so changing a
 # setting (say MAX_EPOCH) reruns the step; a training step without its marker is simply started
 # again and fairseq resumes it from checkpoint_last.pt in its save dir.
@@ -48,7 +49,7 @@ detect_device() {
   [ "$DEVICE" = cuda ] || DEVICE_ARGS=(--cpu)
 }
 
-quote_cmd() {  # the command as one shell-quoted line (for markers, logs and results files)
+quote_cmd() {  # the command as one shell-quoted line (markers, cache keys; show_cmd for display)
   local out="" a
   for a in "$@"; do
     if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then out+="$a "; else out+="$(printf '%q' "$a") "; fi
@@ -56,8 +57,65 @@ quote_cmd() {  # the command as one shell-quoted line (for markers, logs and res
   printf '%s' "${out% }"
 }
 
+# Paths as results pages and printed commands show them (never the machine's absolute paths):
+# relative to the repository root ROOT, where the recipes run; ../NAME for a path beside the
+# repository (in its parent folder, e.g. ../shared/data/ptb); any other path as it is. Need ROOT.
+#   rel_path PATH    one path (the relative form names the same file from ROOT, so it can be run)
+#   rel_text TEXT    every such absolute path inside TEXT (a quoted command line, a note)
+#   show_cmd CMD...  quote_cmd with repository-relative paths: for results pages and "+ " lines
+_rel_roots() {  # sets _REL_PHYS (ROOT with symlinks resolved) and _REL_PARENT (its parent, or "")
+  if [ "${_REL_FOR:-}" != "$ROOT" ]; then
+    _REL_PHYS=$(cd "$ROOT" 2>/dev/null && pwd -P) || _REL_PHYS=$ROOT
+    _REL_PARENT=${_REL_PHYS%/*}  # "" when the repository is a top-level folder: nothing is "beside" it
+    _REL_FOR=$ROOT
+  fi
+}
+
+rel_path() {  # PATH
+  local p=$1 r
+  _rel_roots
+  for r in "$ROOT" "$_REL_PHYS"; do
+    [ "$p" = "$r" ] && { printf '.\n'; return; }
+    [[ "$p" == "$r"/* ]] && { printf '%s\n' "${p#"$r"/}"; return; }
+  done
+  # beside: only against the resolved parent, the folder that ".." from ROOT really is
+  if [ -n "$_REL_PARENT" ] && [[ "$p" == "$_REL_PARENT"/* ]]; then
+    printf '../%s\n' "${p#"$_REL_PARENT"/}"
+  else
+    printf '%s\n' "$p"
+  fi
+}
+
+_ere_escape() { printf '%s' "$1" | sed 's/[][\.^$*+?(){}|#/]/\\&/g'; }
+
+rel_text() {  # TEXT
+  _rel_roots
+  # a path starts at the start of a line or after a character that cannot be part of one
+  # and ends before one that cannot ("ROOT." stays "../NAME.", never a misleading "..")
+  local b='(^|[^A-Za-z0-9_.~/-])' end='($|[^A-Za-z0-9_.~/-])'
+  local script="" r e n=0 seen=$'\n'
+  # the root (resolved or not, and as quote_cmd escapes it) before its parent
+  local roots=("$ROOT" "$_REL_PHYS" "$(printf '%q' "$ROOT")" "$(printf '%q' "$_REL_PHYS")")
+  for r in "${roots[@]}"; do
+    [[ "$seen" == *$'\n'"$r"$'\n'* ]] && continue; seen+="$r"$'\n'
+    e=$(_ere_escape "$r"); n=$((n + 1))
+    script+="s#$b$e/#\\1#g"$'\n'":root$n"$'\n'"s#$b$e$end#\\1.\\2#"$'\n'"t root$n"$'\n'
+  done
+  if [ -n "$_REL_PARENT" ]; then
+    for r in "$_REL_PARENT" "$(printf '%q' "$_REL_PARENT")"; do
+      [[ "$seen" == *$'\n'"$r/"$'\n'* ]] && continue; seen+="$r/"$'\n'
+      script+="s#$b$(_ere_escape "$r")/#\\1../#g"$'\n'
+    done
+  fi
+  printf '%s\n' "$1" | sed -E "$script"
+}
+
+show_cmd() {  # CMD...
+  rel_text "$(quote_cmd "$@")"
+}
+
 run() {  # prints a command, then runs it unless --dry-run
-  echo "+ $(quote_cmd "$@")"
+  echo "+ $(show_cmd "$@")"
   [ "$DRY_RUN" = 1 ] || "$@"
 }
 
@@ -72,8 +130,8 @@ mark_done() {  # dir, command string
 # step_needed DIR LINE: says whether the step runs ("+ LINE") or is finished ("= done already");
 # false when it is finished or this is a dry run
 step_needed() {
-  if is_done "$1" "$2"; then echo "= done already: $2"; return 1; fi
-  echo "+ $2"
+  if is_done "$1" "$2"; then echo "= done already: $(rel_text "$2")"; return 1; fi
+  echo "+ $(rel_text "$2")"
   [ "$DRY_RUN" != 1 ]
 }
 
@@ -124,7 +182,7 @@ cached_value() {
 fetch() {
   local url=$1 dest=$2 hint=$3
   [ -s "$dest" ] && return 0
-  echo "+ curl -fL --retry 2 -o $dest.part $url"
+  echo "+ curl -fL --retry 2 -o $(rel_path "$dest.part") $url"
   [ "$DRY_RUN" = 1 ] && return 0
   mkdir -p "$(dirname "$dest")"
   if ! curl -fL --retry 2 --connect-timeout 20 -o "$dest.part" "$url"; then

@@ -28,7 +28,7 @@ for scheme in $SCHEMES; do
          --lr-scheduler paper_halving --halvings "$HALVINGS" --stop-min-lr 0
          --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "$save"
          --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}")
-    TRAIN_CMD[$scheme-$gamma]=$(quote_cmd "${cmd[@]}")
+    TRAIN_CMD[$scheme-$gamma]=$(show_cmd "${cmd[@]}")
     train_step "$save" "${cmd[@]}"
   done
 done
@@ -47,11 +47,11 @@ ppl_of() {  # checkpoint split: prints the perplexity (cached beside the checkpo
 if [ "$DRY_RUN" = 1 ]; then
   for scheme in $SCHEMES; do
     for gamma in $(gammas_of "$scheme"); do
-      eval_cmd "$RUN_DIR/$scheme-g$gamma/checkpoint_best.pt" valid; echo "+ $(quote_cmd "${EVAL[@]}")"
+      eval_cmd "$RUN_DIR/$scheme-g$gamma/checkpoint_best.pt" valid; echo "+ $(show_cmd "${EVAL[@]}")"
     done
-    eval_cmd "$RUN_DIR/$scheme-gBEST/checkpoint_best.pt" test; echo "+ $(quote_cmd "${EVAL[@]}")"
+    eval_cmd "$RUN_DIR/$scheme-gBEST/checkpoint_best.pt" test; echo "+ $(show_cmd "${EVAL[@]}")"
   done
-  echo "(dry run: nothing was run; a real run writes $OUT)"
+  echo "(dry run: nothing was run; a real run writes $(rel_path "$OUT"))"
   exit 0
 fi
 
@@ -83,9 +83,11 @@ for scheme in $SCHEMES; do
 done
 CURVES_CMD=()
 if [[ " $SCHEMES " == *" none "* && " $SCHEMES " == *" kn "* ]]; then
-  CURVES_CMD=("$BIN/fairseq-noise-analyze" curves "none=$LOGS_DIR/none-g0.train.log"
-              "kn gamma_0 ${BEST_GAMMA[kn]}=$LOGS_DIR/kn-g${BEST_GAMMA[kn]}.train.log"
-              --json "${FIGURE%.png}.json" --output "$FIGURE")
+  # run with repository-relative paths (this runs from ROOT): the JSON records the logs' paths
+  logs=$(rel_path "$LOGS_DIR")
+  CURVES_CMD=("$BIN/fairseq-noise-analyze" curves "none=$logs/none-g0.train.log"
+              "kn gamma_0 ${BEST_GAMMA[kn]}=$logs/kn-g${BEST_GAMMA[kn]}.train.log"
+              --json "$(rel_path "${FIGURE%.png}.json")" --output "$(rel_path "$FIGURE")")
   CURVES_TABLE=$("${CURVES_CMD[@]}") || die "failed: $(quote_cmd "${CURVES_CMD[@]}")"
 fi
 
@@ -99,7 +101,7 @@ mkdir -p "$(dirname "$OUT")"
        "SEED=$SEED EXTRA_ARGS=\"$EXTRA_ARGS\"."
   echo "Perplexities from stateful evaluation of checkpoint_best.pt (the whole split read as one"
   echo "stream, state carried across 35-token blocks). gamma_0 chosen per scheme on validation."
-  [ -n "${NOTES:-}" ] && echo "$NOTES"
+  [ -n "${NOTES:-}" ] && rel_text "$NOTES"
   echo
   echo "| Noising scheme | gamma_0 | Validation | Test | Paper validation | Paper test |"
   echo "|---|---|---|---|---|---|"
@@ -133,7 +135,7 @@ mkdir -p "$(dirname "$OUT")"
   echo
   echo "Binarization:"
   echo
-  echo "    $(cat "$DATA/.done")"
+  echo "    $(rel_text "$(cat "$DATA/.done")")"
   echo
   echo "Training (one run per scheme and gamma_0):"
   echo
@@ -144,12 +146,12 @@ mkdir -p "$(dirname "$OUT")"
   echo "Evaluation (valid for every run, test for the chosen gamma_0):"
   echo
   eval_cmd "RUN/checkpoint_best.pt" "SPLIT"
-  echo "    $(quote_cmd "${EVAL[@]}")"
+  echo "    $(show_cmd "${EVAL[@]}")"
   if [ "${#CURVES_CMD[@]}" -gt 0 ]; then
     echo
     echo "Figure:"
     echo
-    echo "    $(quote_cmd "${CURVES_CMD[@]}")"
+    echo "    $(show_cmd "${CURVES_CMD[@]}")"
   fi
 } > "$OUT.part"
 mv "$OUT.part" "$OUT"

@@ -70,7 +70,7 @@ for row in $ROWS; do
          --lr-scheduler paper_halving --halving-threshold 0.01 --halvings "$HALVINGS" --stop-min-lr 0
          --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "$save"
          --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}")
-    TRAIN_CMD[$row-$gamma]=$(quote_cmd "${cmd[@]}")
+    TRAIN_CMD[$row-$gamma]=$(show_cmd "${cmd[@]}")
     train_step "$save" "${cmd[@]}"
   done
 done
@@ -104,14 +104,14 @@ score_cmds() {  # checkpoint: the commands that turn generate output into BLEU
 if [ "$DRY_RUN" = 1 ]; then
   for row in $ROWS; do
     for gamma in $(gammas_of "$row"); do
-      validate_cmd "$(run_dir "$row" "$gamma")/checkpoint_best.pt"; echo "+ $(quote_cmd "${VALIDATE[@]}")"
+      validate_cmd "$(run_dir "$row" "$gamma")/checkpoint_best.pt"; echo "+ $(show_cmd "${VALIDATE[@]}")"
     done
     c="$(run_dir "$row" BEST)/checkpoint_best.pt"
     generate_cmd "$c"; score_cmds "$c"
-    echo "+ $(quote_cmd "${GENERATE[@]}") > $c.test.gen"
-    echo "+ $(quote_cmd "${HYPS[@]}")"; echo "+ $(quote_cmd "${DETOK[@]}")"; echo "+ $(quote_cmd "${BLEU[@]}")"
+    echo "+ $(show_cmd "${GENERATE[@]}") > $(rel_path "$c.test.gen")"
+    echo "+ $(show_cmd "${HYPS[@]}")"; echo "+ $(show_cmd "${DETOK[@]}")"; echo "+ $(show_cmd "${BLEU[@]}")"
   done
-  echo "(dry run: nothing was run; a real run writes $OUT)"
+  echo "(dry run: nothing was run; a real run writes $(rel_path "$OUT"))"
   exit 0
 fi
 
@@ -183,7 +183,7 @@ mkdir -p "$(dirname "$OUT")"
   echo "</s> included). BLEU: sacrebleu (13a) on test, detokenized hypotheses against the raw references;"
   echo "tok BLEU: sacrebleu --tokenize none, tokenized hypotheses against the tokenized references"
   echo "(word-level only). gamma_0 chosen per row on validation perplexity."
-  [ -n "${NOTES:-}" ] && echo "$NOTES"
+  [ -n "${NOTES:-}" ] && rel_text "$NOTES"
   echo
   echo "| Scheme | gamma_0 | Perplexity | BLEU | tok BLEU | Paper perplexity | Paper BLEU |"
   echo "|---|---|---|---|---|---|---|"
@@ -210,9 +210,9 @@ mkdir -p "$(dirname "$OUT")"
   echo
   echo "Preparation:"
   echo
-  [ -f "$RAW/.done" ] && echo "    $(cat "$RAW/.done")"
-  echo "    $(cat "$SEG/.done")"
-  echo "    $(cat "$DATA/.done")"
+  [ -f "$RAW/.done" ] && echo "    $(rel_text "$(cat "$RAW/.done")")"
+  echo "    $(rel_text "$(cat "$SEG/.done")")"
+  echo "    $(rel_text "$(cat "$DATA/.done")")"
   echo
   echo "Training (one run per row and gamma_0):"
   echo
@@ -224,10 +224,10 @@ mkdir -p "$(dirname "$OUT")"
   echo
   c=RUN/checkpoint_best.pt
   validate_cmd "$c"; generate_cmd "$c"; score_cmds "$c"
-  echo "    $(quote_cmd "${VALIDATE[@]}")"
-  echo "    $(quote_cmd "${GENERATE[@]}") > $c.test.gen"
-  echo "    $(quote_cmd "${HYPS[@]}")"; echo "    $(quote_cmd "${DETOK[@]}")"
-  echo "    $(quote_cmd "${BLEU[@]}")"; echo "    $(quote_cmd "${TOKBLEU[@]}")"
+  echo "    $(show_cmd "${VALIDATE[@]}")"
+  echo "    $(show_cmd "${GENERATE[@]}") > $c.test.gen"
+  echo "    $(show_cmd "${HYPS[@]}")"; echo "    $(show_cmd "${DETOK[@]}")"
+  echo "    $(show_cmd "${BLEU[@]}")"; echo "    $(show_cmd "${TOKBLEU[@]}")"
 } > "$OUT.part"
 mv "$OUT.part" "$OUT"
 echo

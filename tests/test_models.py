@@ -155,7 +155,7 @@ def test_lm_shapes_and_structure():
 
 @pytest.mark.parametrize("init_range", [0.1, 0.05])
 def test_lm_initialisation_range(init_range):
-    model, d = build_lm(hidden_size=64, init_range=init_range)
+    model, d = build_lm(hidden_size=64, init_range=init_range, forget_bias=0.0)
     for name, param in model.named_parameters():
         assert param.abs().max() <= init_range, name
         if param.numel() >= 1000:  # uniform over the whole range, not a narrower default init
@@ -165,6 +165,57 @@ def test_lm_initialisation_range(init_range):
     biases = [p for n, p in model.named_parameters() if "bias" in n]
     assert biases and all(b.abs().max() > 0.5 * init_range for b in biases)
     assert torch.all(model.decoder.embed_tokens.weight[d.pad()] == 0)
+
+
+def tf_basic_lstm_step(x, h, c, w, b, forget_bias):
+    """TensorFlow's BasicLSTMCell (the authors' cell): gates i, j, f, o from one matrix product,
+    ``c' = c sigmoid(f + forget_bias) + sigmoid(i) tanh(j)``, ``h' = tanh(c') sigmoid(o)``."""
+    i, j, f, o = (torch.cat([x, h], dim=1) @ w + b).chunk(4, dim=1)
+    c = c * torch.sigmoid(f + forget_bias) + torch.sigmoid(i) * torch.tanh(j)
+    return torch.tanh(c) * torch.sigmoid(o), c
+
+
+@pytest.mark.parametrize("arch", ["noising_lstm_lm_small", "noising_lstm_lm_medium"])
+def test_lm_forget_bias_is_tensorflows_basic_lstm_cell(arch):
+    """Default forget bias 1.0: one step of each layer equals BasicLSTMCell(forget_bias=1.0)
+    whose bias holds the uniform initial values (PyTorch's two biases summed, without the +1)."""
+    model, d = build_lm(arch, hidden_size=6, num_layers=2)
+    lstm, hidden = model.decoder.lstm, 6
+    forget = slice(hidden, 2 * hidden)
+    for layer in range(2):
+        b_ih = getattr(lstm, f"bias_ih_l{layer}").detach()
+        assert torch.all((b_ih[forget] >= 0.9) & (b_ih[forget] <= 1.1))
+        rest = torch.cat([b_ih[:hidden], b_ih[2 * hidden:], getattr(lstm, f"bias_hh_l{layer}")])
+        assert rest.abs().max() <= 0.1
+    g = torch.Generator().manual_seed(0)
+    x, h0, c0 = (torch.randn(3, hidden, generator=g) for _ in range(3))
+    w_ih, w_hh = lstm.weight_ih_l0.detach(), lstm.weight_hh_l0.detach()
+    bias = (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach()
+    bias[forget] -= 1.0  # TF keeps the uniform bias and adds forget_bias in the cell
+    # PyTorch's gate order i, f, g, o -> TF's i, j, f, o
+    perm = torch.cat([torch.arange(0, hidden), torch.arange(2 * hidden, 3 * hidden),
+                      torch.arange(hidden, 2 * hidden), torch.arange(3 * hidden, 4 * hidden)])
+    w = torch.cat([w_ih, w_hh], dim=1)[perm].t()
+    expected_h, expected_c = tf_basic_lstm_step(x, h0, c0, w, bias[perm], forget_bias=1.0)
+    one_layer = nn.LSTM(hidden, hidden)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(one_layer, f"{name}_l0").copy_(getattr(lstm, f"{name}_l0"))
+        _, (h1, c1) = one_layer(x[None], (h0[None], c0[None]))
+    assert torch.allclose(h1[0], expected_h, atol=1e-6) and torch.allclose(c1[0], expected_c, atol=1e-6)
+
+
+def test_forget_bias_flag_and_the_encoder_decoder_default():
+    model, _ = build_lm(hidden_size=6, forget_bias=0.0)
+    assert model.decoder.lstm.bias_ih_l0.abs().max() <= 0.1
+    model, _ = build_lm(hidden_size=6, forget_bias=2.5)
+    assert model.decoder.lstm.bias_ih_l1[6:12].min() >= 2.4
+    s2s, _, _ = build_s2s(hidden_size=6)  # Luong et al.'s init: no forget-gate offset
+    for lstm in (s2s.encoder.lstm, s2s.decoder.lstm):
+        assert max(p.abs().max() for p in lstm.parameters()) <= 0.1
+    s2s, _, _ = build_s2s(hidden_size=6, forget_bias=1.0)
+    assert s2s.encoder.lstm.bias_ih_l0[6:12].min() >= 0.9
+    assert s2s.decoder.lstm.bias_ih_l1[6:12].min() >= 0.9
 
 
 def test_lm_tied_and_untied_embeddings():

@@ -11,14 +11,19 @@ from fairseq_noising.ngram_stats import chen_goodman_discounts, sentence_stats, 
 from fairseq_noising.stats_cache import load_or_build_stats, read_token_stream
 
 
-def brute_force(pairs, tokens, vocab_size):
-    """Every statistic from plain Python counting of (first, second) bigram tokens."""
+def brute_force(pairs, tokens, vocab_size, stream_start=None):
+    """Every statistic from plain Python counting of (first, second) bigram tokens.
+
+    ``stream_start``: the first token of a stream, which counts one distinct predecessor when it
+    has none (the authors' edge case)."""
     c = Counter(tokens)
     bigram = Counter(pairs)
     successors = defaultdict(list)
     for (a, b), n in bigram.items():
         successors[a].append(n)
     predecessors = Counter(b for (_, b) in bigram)
+    if stream_start is not None and predecessors[stream_start] == 0:
+        predecessors[stream_start] = 1
     expect = {
         "unigram": [c[x] for x in range(vocab_size)],
         "successor_total": [sum(successors[x]) for x in range(vocab_size)],
@@ -61,7 +66,8 @@ def test_stream_is_fairseqs_binarization_of_ptb(ptb_stream):
 def test_ptb_stream_stats_equal_brute_force(ptb_stream):
     dictionary, dataset, tokens, _ = ptb_stream
     stream = tokens.tolist()
-    expect, discounts = brute_force(list(zip(stream[:-1], stream[1:])), stream, len(dictionary))
+    expect, discounts = brute_force(list(zip(stream[:-1], stream[1:])), stream, len(dictionary),
+                                    stream_start=stream[0])
     assert_matches(stream_stats(tokens, len(dictionary)), expect, discounts)
     # the cached path gives the same statistics
     prefix = str(dataset_prefix(dataset))
@@ -78,7 +84,8 @@ def test_random_stream_stats_equal_brute_force(seed):
     vocab = 60
     tokens = rng.zipf(1.3, size=20000) % vocab
     stream = tokens.tolist()
-    expect, discounts = brute_force(list(zip(stream[:-1], stream[1:])), stream, vocab)
+    expect, discounts = brute_force(list(zip(stream[:-1], stream[1:])), stream, vocab,
+                                    stream_start=stream[0])
     assert_matches(stream_stats(tokens, vocab), expect, discounts)
 
 

@@ -1,5 +1,8 @@
 """Statistical tests of every scheme on PTB, through the real task and dataset wrapper.
 
+Every expected value comes from tests/oracle.py (the authors' per-word procedure on the raw
+text), not from the scheme object under test.
+
 - The rate of changed context tokens matches sum_j gamma(x_j) (1 - q(x_j)) within 4 standard
   deviations, and the replacements follow q (chi-square over the 50 likeliest tokens plus a tail
   bucket); likewise for targets where the scheme noises them.
@@ -11,10 +14,11 @@ import numpy as np
 import pytest
 from fairseq.data import data_utils
 
-from conftest import build_task, lm_task_argv
+from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_task_argv
 from fairseq_noising.noiser import Noiser, positions_in_example
 from fairseq_noising.schemes import SCHEMES
 from fairseq_noising.stats_cache import read_token_stream
+from oracle import by_id
 
 EXAMPLES = 6000  # x 35 positions = 210,000 positions (> 200k)
 GAMMA = 0.25
@@ -55,12 +59,13 @@ def noised_batches(task, ids, epoch=1):
 
 
 @pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "none"])
-def test_rates_and_proposals_match_the_scheme(ptb_bin, scheme):
+def test_rates_and_proposals_match_the_oracle(ptb_bin, ptb_oracle, scheme):
     task, _ = build_task(lm_task_argv(ptb_bin, scheme, GAMMA))
     task.load_dataset("train")
-    wrapper = task.dataset("train")
-    s = wrapper.noiser.scheme
-    pad = task.dictionary.pad()
+    d = task.dictionary
+    gamma, q = by_id(ptb_oracle, d.symbols, scheme, GAMMA, FAIRSEQ_TO_AUTHORS)
+    pad = d.pad()
+    special = np.array([d.bos(), pad, d.index("<blank>")])
     contexts, noised_contexts, targets, noised_targets = [], [], [], []
     for clean, noised in noised_batches(task, list(range(EXAMPLES))):
         mask = clean["net_input"]["src_tokens"].ne(pad).numpy()
@@ -72,45 +77,42 @@ def test_rates_and_proposals_match_the_scheme(ptb_bin, scheme):
     y, y_noised = np.concatenate(targets), np.concatenate(noised_targets)
     assert x.size >= 200_000
 
-    q = s.proposal if s.proposal is not None else np.zeros(s.vocab_size)
     changed = x != x_noised
-    assert_rate(changed, s.gamma[x] * (1 - q[x]), f"{scheme} context")
+    assert_rate(changed, gamma[x] * (1 - q[x]), f"{scheme} context")
     replacements = x_noised[changed]
     if scheme == "blank":
-        assert np.all(replacements == task.dictionary.index("<blank>"))
+        assert np.all(replacements == d.index("<blank>"))
     else:
         assert_draws_follow(replacements, q, f"{scheme} context replacements")
-    special = np.array(s.special_ids)
-    assert not np.isin(x[changed], special).any(), "a special symbol was noised"
-    assert not np.isin(replacements, special[special != s.blank_index]).any()
+        assert not np.isin(replacements, special).any(), "a special symbol was drawn"
+    eos_contexts = x == d.eos()
+    assert changed[eos_contexts].any(), "</s> is an ordinary word: its contexts are noised"
 
     target_changed = y != y_noised
-    if s.noise_target:
-        ordinary = ~np.isin(y, special)
-        assert_rate(target_changed, s.gamma[x] * ordinary * (1 - q[y]), f"{scheme} target")
+    if scheme in ("kn", "mkn"):
+        assert_rate(target_changed, gamma[x] * (1 - q[y]), f"{scheme} target")
         assert_draws_follow(y_noised[target_changed], q, f"{scheme} target replacements")
-        assert not (target_changed & ~(s.gamma[x] > 0)).any()
+        assert target_changed[y == d.eos()].any(), "</s> targets are replaced too"
     else:
         assert not target_changed.any(), f"{scheme} must not touch the targets"
 
 
-def test_blank_and_uniform_proposals_are_what_the_table_says(ptb_bin):
+def test_uniform_proposal_is_what_the_table_says(ptb_bin):
     task, _ = build_task(lm_task_argv(ptb_bin, "uniform", GAMMA))
     task.load_dataset("train")
     q = task.dataset("train").noiser.scheme.proposal
     support = np.flatnonzero(q)
-    # every type seen in training but the end of sentence: 9,999 PTB words
-    assert support.size == 9999
-    assert np.allclose(q[support], 1 / 9999)
+    # every type seen in training: PTB's 9,999 words and the end of sentence
+    assert support.size == 10000 and task.dictionary.eos() in support
+    assert np.allclose(q[support], 1 / 10000)
 
 
-def test_unigram_noising_pseudocounts_interpolate(ptb_bin):
+def test_unigram_noising_pseudocounts_interpolate(ptb_bin, ptb_oracle):
     """Section 3.3: E[c~(a, b)] = (1 - g) c(a, b) + g p(a) c(b), by Monte Carlo on all of PTB.
 
-    p is the proposal (unigram frequencies over non-special tokens) and c(b) counts the
-    positions that predict b from a noisable context: end-of-sentence contexts are never noised,
-    so with no special symbols this is exactly the paper's formula. The expectation is exact:
-    a context a that fires may draw a again, which the g p(a) c(b) term already includes.
+    p is the oracle's unigram distribution and c(b) counts the positions that predict b (every
+    context is noisable: </s> is an ordinary word). The expectation is exact: a context a that
+    fires may draw a again, which the g p(a) c(b) term already includes.
     """
     task, _ = build_task(lm_task_argv(ptb_bin, "unigram", GAMMA))
     task.load_dataset("train")
@@ -127,12 +129,10 @@ def test_unigram_noising_pseudocounts_interpolate(ptb_bin):
     ids = np.arange(rows)
 
     keys, clean_counts = np.unique((x * vocab + y).ravel(), return_counts=True)
-    noisable_first = scheme.gamma[keys // vocab] > 0
-    top = np.flatnonzero(noisable_first)[np.argsort(-clean_counts[noisable_first])[:30]]
+    top = np.argsort(-clean_counts)[:30]
     a, b, c_ab = keys[top] // vocab, keys[top] % vocab, clean_counts[top]
-    noisable = (scheme.gamma[x] > 0).ravel()
-    c_b = np.array([np.sum((y.ravel() == bb) & noisable) for bb in b])
-    p = scheme.proposal
+    c_b = np.array([np.sum(y == bb) for bb in b])
+    _, p = by_id(ptb_oracle, task.dictionary.symbols, "unigram", GAMMA, FAIRSEQ_TO_AUTHORS)
 
     repeats = 40
     counts = np.zeros((repeats, top.size))

@@ -9,6 +9,7 @@ installed console script.
 import io
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from conftest import PLUGIN_DIR, build_task, cli, head_lines, lm_task_argv, require_shared
 from fairseq_noising.cli import preview
 from fairseq_noising.errors import NoisingError
+from oracle import EOS, Oracle, read_ptb_words
 
 LM_KEYS = {"id", "input", "input_noised", "target", "target_noised"}
 MT_KEYS = {"id", "source", "source_noised", "prev_output", "prev_output_noised", "target",
@@ -106,6 +108,11 @@ def lm_task(ptb):
     return task
 
 
+def ptb_text_of(task):
+    """The folder of the raw PTB lines that ``task``'s data was binarized from."""
+    return Path(task.args.data).parent
+
+
 def strings(dictionary, row):
     return [dictionary[int(i)] for i in row if int(i) != dictionary.pad()]
 
@@ -174,10 +181,11 @@ def test_lm_changes_only_at_fired_positions_and_kn_targets_follow(lm_run, lm_tas
 
 def test_lm_summary_matches_expected_gamma(lm_run, lm_task):
     summary, text, records, _ = lm_run
-    scheme = lm_task.dataset("train").noiser.scheme
-    d = lm_task.dictionary
-    tokens = np.array([d.index(t) for r in records for t in r["input"]])
-    expected = float(scheme.gamma[tokens].mean())  # mean gamma over the context positions
+    oracle = Oracle.from_stream(read_ptb_words(Path(ptb_text_of(lm_task)) / "train.txt"))
+    words = [EOS if t == "</s>" else t for r in records for t in r["input"]]
+    tokens = np.array(words, dtype=object)
+    # mean gamma over the context positions
+    expected = float(np.mean([oracle.gamma("kn", GAMMA, w) for w in words]))
     s = summary["target"]
     assert s["positions"] == tokens.size
     assert 0.05 < expected < GAMMA  # kn discounts gamma_0
@@ -193,6 +201,23 @@ def test_lm_summary_matches_expected_gamma(lm_run, lm_task):
     top = [line for line in text.splitlines() if line.startswith("[lm] top replacements in input:")]
     assert len(top) == 1 and top[0].count("(") == 10
     assert "→" in text and "id 0" in text and "id 2" in text and "id 3" not in text
+
+
+def test_lm_preview_noises_eos_contexts_at_the_oracles_rate(ptb, lm_run):
+    """kn on PTB: </s> is an ordinary word, its contexts change at the rate that the oracle (the
+    authors' procedure on the same raw lines) predicts, gamma(</s>) (1 - q(</s>)), and it is
+    drawn as a replacement and replaced as a target."""
+    summary, text, records, _ = lm_run
+    oracle = Oracle.from_stream(read_ptb_words(Path(ptb).parent / "train.txt"))
+    rate = oracle.gamma("kn", GAMMA, EOS) * (1 - oracle.proposal("kn")[EOS])
+    pairs = [(a, b) for r in records for a, b in zip(r["input"], r["input_noised"]) if a == "</s>"]
+    changed = sum(a != b for a, b in pairs)
+    sd = np.sqrt(len(pairs) * rate * (1 - rate))
+    assert len(pairs) > 2500 and abs(changed - len(pairs) * rate) < 4 * sd, (changed, len(pairs) * rate)
+    drawn = sum(b == "</s>" != a for r in records for a, b in zip(r["input"], r["input_noised"]))
+    replaced = sum(a == "</s>" != b for r in records for a, b in zip(r["target"], r["target_noised"]))
+    assert drawn > 0 and replaced > 0
+    assert "special, never noised, drawn or replaced: <s> <pad> <blank> (</s> is an ordinary word)" in text
 
 
 def test_same_epoch_and_seed_identical_other_epoch_differs(ptb, lm_run, tmp_path):
@@ -246,6 +271,17 @@ def test_translation_jsonl_is_what_training_collates(mt_runs, multi30k):
         s = summary[side]
         assert abs(s["noised_fraction"] - s["expected_fraction"]) < 0.02
     assert "[source] context (source):" in text and "[target] targets (target):" in text
+
+
+def test_translation_preview_never_touches_eos(mt_runs):
+    (_, text, records), _ = mt_runs
+    for r in records:
+        for clean, noised in (("source", "source_noised"), ("prev_output", "prev_output_noised"),
+                              ("target", "target_noised")):
+            for a, b in zip(r[clean], r[noised]):
+                assert (a == "</s>") == (b == "</s>"), (r["id"], clean, a, b)
+    assert sum(r["target"] != r["target_noised"] for r in records) > 100  # noise was applied
+    assert text.count("special, never noised, drawn or replaced: <s> <pad> </s> <blank>\n") == 2
 
 
 def test_translation_source_side_leaves_the_target_alone(mt_runs):

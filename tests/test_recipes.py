@@ -174,6 +174,8 @@ def test_dry_run_prints_commands_and_does_nothing(name, data_env, tmp_path):
     for needle in EXPECTED[name]:
         assert needle in out, (needle, out[-3000:])
     assert "--cpu" in out
+    assert str(REPO) not in out, "printed commands show paths relative to the repository"
+    assert "--user-dir fairseq_noising " in out
     assert not work.exists(), "a dry run must not create anything"
     assert not Path(data_env["RESULTS_DIR"]).exists()
 
@@ -300,6 +302,60 @@ def test_plain_copy_drops_only_the_final_empty_line(tmp_path):
         prepare_translation.copy_plain(str(src), str(tmp_path / "out"), "en", "de", [("train", "train")])
 
 
+# ---------------------------------------------------------------- paths on results pages
+
+def assert_no_machine_path(text):
+    """A results page names files relative to the repository, never by this machine's paths."""
+    for path in {str(REPO), os.path.realpath(REPO)}:
+        assert path not in text, f"{path} on a results page:\n" + "\n".join(
+            l for l in text.splitlines() if path in l)
+
+
+def common_sh(root, script):
+    """Runs bash lines with recipes/_common.sh sourced as the recipes source it (ROOT=root)."""
+    proc = subprocess.run(["bash", "-c", f'ROOT="$1"; NAME=t.sh; source "$2"; {script}', "bash", str(root),
+                           str(RECIPES / "_common.sh")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_paths_are_shown_relative_to_the_repository(tmp_path):
+    repo = tmp_path / "top" / "repo"
+    (repo / "runs").mkdir(parents=True)
+    (tmp_path / "top" / "shared" / "data").mkdir(parents=True)
+    r, top = str(repo), str(tmp_path / "top")
+    out = common_sh(repo, f"""
+        rel_path {r}/runs/ptb/data-bin; rel_path {r}; rel_path {top}/shared/data/ptb; rel_path /elsewhere/ptb
+        rel_path runs/x; rel_path {r}2/x
+        show_cmd {r}/.venv/bin/fairseq-train {r}/runs/data-bin --user-dir {r}/fairseq_noising \
+          "kn gamma_0 0.2={r}/results/kn.log" --trainpref {top}/shared/data/ptb/ptb.train.txt \
+          --x /elsewhere{r}/y "{r}/a b"
+        rel_text "Data: {top}/shared/data/ptb. Runs in {r}/runs
+and {r}. ({r})"
+    """)
+    assert out == [
+        "runs/ptb/data-bin", ".", "../shared/data/ptb", "/elsewhere/ptb", "runs/x", "../repo2/x",
+        ".venv/bin/fairseq-train runs/data-bin --user-dir fairseq_noising kn\\ gamma_0\\ 0.2=results/kn.log "
+        f"--trainpref ../shared/data/ptb/ptb.train.txt --x /elsewhere{r}/y a\\ b",
+        "Data: ../shared/data/ptb. Runs in runs", "and ../repo. (.)",
+    ]
+    # the repository reached through a symbolic link: its real path is relative too, and ".." is
+    # only used for what lies beside the real folder (where ".." from the repository leads)
+    link = tmp_path / "link"
+    link.symlink_to(repo)
+    out = common_sh(link, f"rel_path {r}/x; rel_path {link}/x; rel_path {top}/shared; rel_path {tmp_path}/other")
+    assert out == ["x", "x", "../shared", f"{tmp_path}/other"]
+
+
+def test_results_pages_hold_no_machine_paths():
+    pages = sorted((REPO / "results").rglob("*.md"))
+    assert pages
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert "/work/" not in text, page
+        assert_no_machine_path(text)
+
+
 # ---------------------------------------------------------------- tiny end-to-end runs
 
 def table_rows(md):
@@ -332,6 +388,8 @@ def test_multi30k_end_to_end_tiny(data_env, tmp_path):
     assert "begin training epoch 1" in (logs / "none-g0.train.log").read_text()
     assert len((logs / "none-g0.test.detok").read_text().splitlines()) == 24
     assert "[`multi30k-logs/`](multi30k-logs/)" in md
+    assert_no_machine_path(md)
+    assert "--user-dir fairseq_noising " in md and "recipes/prepare_translation.py bleu" in md
 
     # rerun: every step is done already; a run whose marker is gone resumes from checkpoint_last.pt
     (next(work.glob("runs-*/none-g0")) / ".done").unlink()
@@ -361,6 +419,8 @@ def test_ptb_end_to_end_tiny(data_env, tmp_path):
     assert cells[1] == min(sweep, key=sweep.get)
     assert "--stateful-bptt --batch-size 1 --tokens-per-sample 35" in md
     assert "--lr-scheduler paper_halving --halvings 8 --stop-min-lr 0" in md
+    assert_no_machine_path(md)
+    assert "--user-dir fairseq_noising " in md
     # the logs and Figure 1 (none vs the chosen kn run) are written beside the results file
     results = Path(data_env["RESULTS_DIR"])
     assert sorted(p.name for p in (results / "ptb-small-logs").iterdir()) == [

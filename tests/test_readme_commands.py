@@ -1,0 +1,249 @@
+"""The README's commands work: every ``fairseq-*`` command of its ```bash blocks runs on tiny data.
+
+The commands are read from README.md when the tests run (never copied here): the ```bash fenced
+blocks, backslash-continued lines joined, ``#`` comments dropped, optional parts in square brackets
+(``[--noise-side both|source|target]``) dropped, and every command that starts with ``fairseq-``
+kept. They run in README order in one temporary folder that holds tiny slices of the real data
+under the README's own file names (``ptb.train.txt``, ``train.en``, ...), so the README's
+``fairseq-preprocess`` commands make the ``data-bin/ptb`` and ``data-bin/iwslt15`` that its
+training commands read, and its evaluation commands find the checkpoints in the save dirs its
+training commands name. Only ``--user-dir fairseq_noising`` (relative to the repository root) is
+pointed at the plugin, and the runs are shrunk by APPENDING flags (the last occurrence of a flag
+wins): a few updates of a 16-unit model on CPU.
+
+A README command stops working (a renamed flag, a flag the scheduler refuses, a checkpoint path
+that the training command no longer writes) and ``test_readme_commands_run`` fails naming it;
+``test_a_broken_readme_command_fails`` plants such a bug in a copy of the README text and checks
+exactly that. The translation command must carry the per-sentence loss the recipes train with, and
+the LM and translation commands must agree with what ``recipes/ptb.sh`` / ``recipes/multi30k.sh``
+run (read from their ``--dry-run``).
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUGIN_DIR, REPO, head_lines, require_shared, run_cli
+
+README = REPO / "README.md"
+VENV = str(Path(sys.executable).parent.parent)
+
+# appended to each program's README command to make it a tiny CPU run; a fairseq-* command that is
+# not listed here fails the test (say here how to shrink it)
+OVERRIDES = {
+    "fairseq-preprocess": [],
+    "fairseq-train": ["--max-update", "3", "--max-epoch", "1", "--hidden-size", "16", "--cpu",
+                      "--num-workers", "0", "--seed", "1", "--log-format", "simple"],
+    "fairseq-eval-lm": ["--cpu", "--num-workers", "0"],
+    "fairseq-generate": ["--cpu", "--num-workers", "0", "--max-len-a", "0", "--max-len-b", "5"],
+    "fairseq-noise-preview": [],
+}
+# what a successful run of the program prints (stdout or stderr)
+EXPECT = {"fairseq-eval-lm": "Perplexity", "fairseq-generate": "BLEU",
+          "fairseq-train": "done training", "fairseq-noise-preview": "noised"}
+
+
+# ---------------------------------------------------------------- reading the README
+
+def bash_blocks(text):
+    """The bodies of the ```bash fenced blocks of a markdown text."""
+    return re.findall(r"^```bash[ \t]*\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def readme_commands(text):
+    """Every command of the ```bash blocks that starts with fairseq-, as a list of arguments.
+
+    Backslash-continued lines are joined, comments are dropped and so are optional parts in square
+    brackets. A command shown elided (with a literal ``...``) is returned too; see ``is_elided``."""
+    out = []
+    for block in bash_blocks(text):
+        joined = re.sub(r"\\\n", " ", block)
+        for line in joined.splitlines():
+            line = re.sub(r"\[[^\]]*\]", " ", line)  # [--noise-side both|source|target]
+            args = shlex.split(line, comments=True)
+            if args and args[0].startswith("fairseq-"):
+                out.append(args)
+    return out
+
+
+def is_elided(args):
+    return "..." in args
+
+
+def flag_values(args):
+    """{--flag: value or None} of a command line (the last occurrence wins, as in argparse)."""
+    flags, i = {}, 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--"):
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            if nxt is not None and not nxt.startswith("--"):
+                flags[a] = nxt
+                i += 2
+                continue
+            flags[a] = None
+        i += 1
+    return flags
+
+
+def training_command(commands, task):
+    found = [c for c in commands if c[0] == "fairseq-train" and not is_elided(c)
+             and flag_values(c).get("--task") == task]
+    assert len(found) == 1, f"expected one full fairseq-train --task {task} command in README.md, got {found}"
+    return found[0]
+
+
+# ---------------------------------------------------------------- running them
+
+def tiny_raw_data(cwd: Path):
+    """Tiny slices of PTB and Multi30k under the file names of the README's preprocess commands."""
+    ptb = require_shared("ptb")
+    for split, n in (("train", 200), ("valid", 20), ("test", 20)):
+        head_lines(ptb / f"ptb.{split}.txt", cwd / f"ptb.{split}.txt", n)
+    m30k = require_shared("multi30k")
+    for split, src, n in (("train", "train", 200), ("valid", "val", 20), ("test", "test", 20)):
+        for lang in ("en", "de"):
+            head_lines(m30k / f"{src}.{lang}", cwd / f"{split}.{lang}", n)
+
+
+def tiny_command(args):
+    """The README command as the test runs it: --user-dir made absolute, shrinking flags appended."""
+    prog = args[0]
+    assert prog in OVERRIDES, (
+        f"README.md runs {prog}, which tests/test_readme_commands.py does not know how to shrink: "
+        "add it to OVERRIDES")
+    out = list(args)
+    for i, a in enumerate(out[:-1]):
+        if a == "--user-dir" and out[i + 1] == "fairseq_noising":
+            out[i + 1] = str(PLUGIN_DIR)
+    return out + OVERRIDES[prog]
+
+
+def run_readme(text, cwd: Path):
+    """Runs every fairseq-* command of a README text in order, in cwd; returns (command, seconds)."""
+    tiny_raw_data(cwd)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    timings = []
+    for args in readme_commands(text):
+        if is_elided(args):
+            continue
+        cmd = tiny_command(args)
+        start = time.perf_counter()
+        try:
+            proc = run_cli(cmd, cwd=cwd, env=env, timeout=300)
+        except AssertionError as e:
+            raise AssertionError(f"README command failed: {shlex.join(args)}\nran as: {shlex.join(cmd)}\n{e}") from None
+        output = proc.stdout + proc.stderr
+        expected = EXPECT.get(args[0])
+        assert expected is None or expected in output, (
+            f"README command printed no {expected!r}: {shlex.join(args)}\n{output[-3000:]}")
+        timings.append((shlex.join(args[:2]), time.perf_counter() - start))
+    return timings
+
+
+# ---------------------------------------------------------------- tests
+
+def test_readme_has_the_commands_this_test_runs():
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    progs = [c[0] for c in commands if not is_elided(c)]
+    for prog in ("fairseq-preprocess", "fairseq-train", "fairseq-eval-lm", "fairseq-generate"):
+        assert prog in progs, f"no {prog} command found in README.md's ```bash blocks"
+    assert progs.count("fairseq-train") >= 2
+    # optional parts were dropped, continuations joined
+    assert not any("[" in a or "]" in a or a == "\\" for c in commands for a in c)
+
+
+def test_translation_command_trains_with_the_recipes_loss():
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    mt = training_command(commands, "noised_translation")
+    flags = flag_values(mt)
+    assert "--sentence-avg" in flags, shlex.join(mt)
+    assert flags.get("--best-checkpoint-metric") == "nll_loss", shlex.join(mt)
+    lm = training_command(commands, "noised_language_modeling")
+    for cmd in (mt, lm):
+        f = flag_values(cmd)
+        if f.get("--lr-scheduler") == "paper_halving":
+            assert f.get("--stop-min-lr") == "0" and f.get("--halvings") == "8", shlex.join(cmd)
+
+
+def test_elided_snippets_agree_with_a_full_command():
+    """The README's headline snippet (``... --noise-gamma 0.2 ...``) is part of a full command."""
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    elided = [c for c in commands if is_elided(c)]
+    full = [flag_values(c) for c in commands if not is_elided(c)]
+    for snippet in elided:
+        want = flag_values([a for a in snippet if a != "..."])
+        assert any(all(f.get(k, "<missing>") == v for k, v in want.items()) for f in full), shlex.join(snippet)
+
+
+def recipe_dry_run(name, tmp_path, **env):
+    full_env = dict(os.environ, VENV=VENV, DEVICE="cpu", WORK=str(tmp_path / "work"),
+                    RESULTS_DIR=str(tmp_path / "results"), **env)
+    proc = subprocess.run(["bash", str(REPO / "recipes" / name), "--dry-run"], capture_output=True,
+                          text=True, env=full_env, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [shlex.split(line[2:]) for line in proc.stdout.splitlines()
+            if line.startswith("+ ") and "fairseq-train" in line]
+
+
+def same_value(a, b):
+    if a == b:
+        return True
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+@pytest.mark.parametrize("task,recipe", [("noised_language_modeling", "ptb.sh"),
+                                         ("noised_translation", "multi30k.sh")])
+def test_readme_training_commands_match_the_recipes(task, recipe, tmp_path):
+    """Every flag of the README's training command has the value the recipe passes (apart from
+    where things go: data, plugin and save folders)."""
+    readme = flag_values(training_command(readme_commands(README.read_text(encoding="utf-8")), task))
+    runs = [flag_values(c) for c in recipe_dry_run(recipe, tmp_path)]
+    run = next((r for r in runs if r.get("--noise-scheme") == readme["--noise-scheme"]
+                and same_value(r.get("--noise-gamma"), readme["--noise-gamma"])
+                and r.get("--noise-side", "both") == "both"), None)
+    assert run is not None, f"recipes/{recipe} --dry-run trains no model like the README's: {runs}"
+    for flag, value in readme.items():
+        if flag in ("--user-dir", "--save-dir"):
+            continue
+        assert flag in run, f"README's {task} command has {flag}, recipes/{recipe} does not"
+        assert same_value(run[flag], value), f"{flag}: README {value}, recipes/{recipe} {run[flag]}"
+
+
+def test_readme_commands_run(tmp_path):
+    start = time.perf_counter()
+    timings = run_readme(README.read_text(encoding="utf-8"), tmp_path)
+    # the training commands wrote the checkpoints the evaluation commands read
+    assert list(tmp_path.glob("checkpoints/*/checkpoint_best.pt"))
+    assert (tmp_path / "data-bin" / "ptb" / "dict.txt").exists()
+    print(f"README commands ran in {time.perf_counter() - start:.1f} s:",
+          ", ".join(f"{c} {s:.1f} s" for c, s in timings))
+
+
+def test_a_broken_readme_command_fails(tmp_path):
+    """A flag renamed in the README's LM training command (a README out of date with the code)
+    makes run_readme fail and name the command."""
+    text = README.read_text(encoding="utf-8")
+    lm = training_command(readme_commands(text), "noised_language_modeling")
+    assert "--stateful-bptt" in lm
+    # plant the bug in the fairseq-train block only (fairseq-eval-lm takes the flag too)
+    blocks = [b for b in bash_blocks(text) if "fairseq-train" in b and "noised_language_modeling" in b
+              and "..." not in b]
+    assert len(blocks) == 1
+    train_part = blocks[0][blocks[0].index("fairseq-train"):]
+    broken_part = train_part.replace("--stateful-bptt", "--stateful-tbptt", 1)
+    broken = text.replace(blocks[0], blocks[0].replace(train_part, broken_part, 1), 1)
+    assert broken != text
+    # run only the broken section's commands (preprocess, then the broken train fails)
+    section = "\n".join(f"```bash\n{b}```" for b in bash_blocks(broken) if "--stateful-tbptt" in b)
+    with pytest.raises(AssertionError, match=r"README command failed: fairseq-train data-bin/ptb"):
+        run_readme(section, tmp_path)
