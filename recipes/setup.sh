@@ -7,17 +7,43 @@
 # Environment: PYTHON (default python3), VENV (default .venv), TORCH_SPEC (default torch==2.13.0;
 # an already installed torch is kept). Set TORCH_SPEC to the build you want (for example a CUDA
 # build) before the first run.
+#
+# For a machine without internet, two more modes (recipes/wheelhouse.py does the work):
+#
+#   bash recipes/setup.sh --build-wheelhouse DIR [--python-version 3.12]
+#        [--platform manylinux_2_28_x86_64] [--with-torch torch==2.13.0 | --with-torch FILE.whl]
+#     (online) puts every wheel the plugin needs except torch (and torchaudio, which fairseq
+#     needs only for speech tasks) into DIR, for that Python (default: PYTHON's) and platform,
+#     with a manifest DIR/wheelhouse.json; --with-torch adds that exact torch and its needs.
+#   bash recipes/setup.sh --from-wheelhouse DIR [--python /path/to/python]
+#     (offline) pip install --no-index from DIR into that Python's environment (default: VENV,
+#     created if missing), keeping the torch already there. Checks DIR against the interpreter
+#     first and stops with one line (missing wheel, other Python version, no torch anywhere).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-fi
+case "${1:-}" in
+  --help|-h)
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+    exit 0 ;;
+  # paths stay relative to the caller's directory; VENV relative to the repository
+  --build-wheelhouse)
+    shift
+    exec "$PYTHON" "$ROOT/recipes/wheelhouse.py" build "$@" ;;
+  --from-wheelhouse)
+    shift
+    case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
+    exec "$PYTHON" "$ROOT/recipes/wheelhouse.py" install --venv "$VENV" "$@" ;;
+  "") ;;
+  *)
+    echo "setup.sh: unknown option '$1' (see bash recipes/setup.sh --help)" >&2
+    exit 2 ;;
+esac
 
+cd "$ROOT"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build
