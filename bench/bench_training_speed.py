@@ -50,28 +50,28 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
 
 
-def arch_args():
-    """``noising_lstm_lm_small`` if registered, else the stock ``lstm_lm`` at 200 units."""
+def arch_args(arch="noising_lstm_lm_small"):
+    """``arch`` if registered, else the stock ``lstm_lm`` at 200 units."""
     import fairseq_noising  # noqa: F401  (registers the architectures)
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    if "noising_lstm_lm_small" in ARCH_MODEL_REGISTRY:
-        return ["--arch", "noising_lstm_lm_small"]
+    if arch in ARCH_MODEL_REGISTRY:
+        return ["--arch", arch]
     return [
         "--arch", "lstm_lm", "--decoder-embed-dim", "200", "--decoder-hidden-size", "200",
         "--decoder-out-embed-dim", "200", "--decoder-layers", "2", "--dropout", "0.0",
     ]
 
 
-def train_args(data_bin, scheme, max_update, log_interval, seed):
+def train_args(data_bin, scheme, max_update, log_interval, seed, arch="noising_lstm_lm_small", device="cpu"):
     noise = ["--noise-scheme", "kn", "--noise-gamma", "0.2"] if scheme == "kn" else ["--noise-scheme", "none"]
     return [
         str(data_bin), "--user-dir", str(_common.PLUGIN_DIR), "--task", "noised_language_modeling",
-        *noise, *arch_args(),
+        *noise, *arch_args(arch),
         "--batch-size", "20", "--required-batch-size-multiple", "1", "--tokens-per-sample", "35",
         "--sample-break-mode", "none",
         "--optimizer", "sgd", "--lr", "1.0", "--clip-norm", "5", "--criterion", "cross_entropy",
-        "--max-update", str(max_update), "--cpu", "--num-workers", "0",
+        "--max-update", str(max_update), *(["--cpu"] if device == "cpu" else []), "--num-workers", "0",
         "--log-format", "json", "--log-interval", str(log_interval),
         "--no-save", "--disable-validation", "--seed", str(seed),
     ]
@@ -102,7 +102,7 @@ def run_inprocess(args, data_bin):
         torch.set_num_threads(args.threads)
     parser = options.get_training_parser()
     cli_args = options.parse_args_and_arch(
-        parser, input_args=train_args(data_bin, "kn", 10**9, 10**9, args.seed)
+        parser, input_args=train_args(data_bin, "kn", 10**9, 10**9, args.seed, args.arch, args.device)
     )
     cfg = convert_namespace_to_omegaconf(cli_args)
     utils.import_user_module(cfg.common)
@@ -241,7 +241,7 @@ def run_cli(args, data_bin):
             start = time.perf_counter()
             for condition in group:
                 cmd = [_common.cli("fairseq-train")] + train_args(
-                    data_bin, condition, args.max_update, args.log_interval, args.seed
+                    data_bin, condition, args.max_update, args.log_interval, args.seed, args.arch, args.device
                 )
                 out = tempfile.TemporaryFile(mode="w+", dir=workdir)
                 procs.append((condition, subprocess.Popen(
@@ -280,6 +280,10 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=0,
                         help="torch/OMP threads (default 0: torch's default, as fairseq-train)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--arch", default="noising_lstm_lm_small",
+                        help="model architecture (default %(default)s)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: train on the GPU (no --cpu flag) (default %(default)s)")
     g = parser.add_argument_group("in-process")
     g.add_argument("--blocks", type=int, default=100, help="blocks per condition (default %(default)s)")
     g.add_argument("--block", type=int, default=1, help="updates per block (default %(default)s: strict alternation)")
@@ -299,7 +303,7 @@ def main(argv=None):
 
     data_bin = _common.binarized_ptb(args.ptb_dir, args.cache_dir)
     print(f"# {_common.machine_line()}")
-    print(f"# model: {' '.join(arch_args())}; data {data_bin}")
+    print(f"# model: {' '.join(arch_args(args.arch))}, {args.device}; data {data_bin}")
     ratios = {}
     if args.mode in ("inprocess", "both"):
         ratios["in-process"] = run_inprocess(args, data_bin)

@@ -16,6 +16,7 @@
 #                dropout 0/0.5/0.65)
 #   SCHEMES      default "none blank unigram kn" (also available: ad uniform mkn)
 #   GAMMAS       gamma_0 values tried for every noised scheme (default "0.1 0.2 0.3"); one run each
+#   GAMMAS_<scheme>  the grid of one scheme instead of GAMMAS, e.g. GAMMAS_kn="0.2 0.4"
 #   HIDDEN, DROPOUT  override the architecture's hidden size / dropout (default: the SIZE's)
 #   MAX_EPOCH    cap on epochs (default 200; the 8 halvings normally end training first)
 #   HALVINGS     halved learning rates trained before stopping (default 8)

@@ -17,6 +17,7 @@
 #   MIN_COUNT      words seen this often or less in train become <unk> (default 10)
 #   SCHEMES        default "none blank unigram kn" (also: ad uniform mkn)
 #   GAMMAS         gamma_0 values tried for every noised scheme (default "0.1 0.2 0.3")
+#   GAMMAS_<scheme>  the grid of one scheme instead of GAMMAS, e.g. GAMMAS_kn="0.2 0.4"
 #   HIDDEN         hidden size (default 512); DROPOUT (default 0, as in the paper)
 #   MAX_EPOCH HALVINGS SEED EXTRA_ARGS   as in ptb.sh (defaults 200, 8, 1, "")
 #   WORK           working folder (default runs/text8); finished steps are skipped on a rerun,

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tarfile
@@ -185,6 +186,14 @@ def test_dry_run_spm_variant(name, data_env, tmp_path):
     out = recipe(name, "--spm", "--dry-run", env=dict(data_env, WORK=str(tmp_path / "w"), SPM_JOINT="1")).stdout
     assert "spm-dir" in out and "--joint" in out and "--joined-dictionary" in out
     assert "--post-process sentencepiece" in out and "--nwordssrc" not in out
+
+
+def test_per_scheme_gamma_grid(data_env, tmp_path):
+    env = dict(data_env, WORK=str(tmp_path / "w"), SCHEMES="none blank kn", GAMMAS="0.1 0.2",
+               GAMMAS_kn="0.3 0.5")
+    out = recipe("ptb.sh", "--dry-run", env=env).stdout
+    runs = re.findall(r"--noise-scheme (\w+) --noise-gamma ([0-9.]+)", out)
+    assert runs == [("none", "0"), ("blank", "0.1"), ("blank", "0.2"), ("kn", "0.3"), ("kn", "0.5")]
 
 
 def test_dry_run_without_local_data_prints_the_download(tmp_path):
