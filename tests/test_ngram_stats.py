@@ -108,4 +108,11 @@ def test_discounts_are_zero_where_undefined_and_clipped():
     # only singletons: n2 = n3 = 0, so D2 and D3+ are undefined
     d = chen_goodman_discounts(np.array([1, 1, 1]))
     assert d[0] == pytest.approx(1.0) and d[1] == 0 and d[2] == 0
-    assert np.all(chen_goodman_discounts(np.array([1, 2, 2, 3, 4, 9])) >= 0)
+    # by hand: n1 = 1, n2 = 2, n3 = 1, n4 = 1 (9 counts as 3+ only); Y = 1/5,
+    # D1 = 1 - 2Y(2/1) = 0.2, D2 = 2 - 3Y(1/2) = 1.7, D3+ = 3 - 4Y(1/1) = 2.2
+    np.testing.assert_allclose(chen_goodman_discounts(np.array([1, 2, 2, 3, 4, 9])),
+                               [0.2, 1.7, 2.2], rtol=1e-12)
+    # by hand: n1 = 10, n2 = 1, n3 = 10, n4 = 0; Y = 10/12, D1 = 1 - 2Y(1/10) = 5/6,
+    # D2 = 2 - 3Y(10/1) = -23 clipped to 0, D3+ = 3 - 4Y(0/10) = 3
+    np.testing.assert_allclose(chen_goodman_discounts(np.array([1] * 10 + [2] + [3] * 10)),
+                               [5 / 6, 0.0, 3.0], rtol=1e-12, atol=0)

@@ -240,8 +240,6 @@ def test_text8_preparation_matches_brute_force(tmp_path):
         words = [w for l in lines for w in l.split()]
         expected = [w if counts[w] > 10 else "<unk>" for w in raw.split()]
         assert words == expected, name
-    # the character split: train/valid/test are the consecutive slices (a cut may split a word)
-    assert sum(len(p) for p in parts.values()) == len(text)
     stats = json.loads((out / "stats.json").read_text())
     assert stats["vocabulary"] == sum(1 for c in counts.values() if c > 10) + 1
     assert stats["train"]["words"] == len(parts["train"].split())
@@ -382,9 +380,19 @@ def test_multi30k_end_to_end_tiny(data_env, tmp_path):
     assert rows[0].startswith("| Scheme | gamma_0 | Perplexity | BLEU")
     none_row = next(r for r in rows if r.startswith("| dropout, no noising | 0 |"))
     target_row = next(r for r in rows if r.startswith("| bigram Kneser-Ney, target only | 0.2 |"))
-    for row in (none_row, target_row):
+    import sacrebleu
+
+    references = (work / "raw" / "test.de").read_text(encoding="utf-8").splitlines()
+    for row, run in ((none_row, "none-g0"), (target_row, "kn-target-g0.2")):
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert float(cells[2]) > 1 and 0 <= float(cells[3]) <= 100, row
+        log = (Path(data_env["RESULTS_DIR"]) / "multi30k-logs" / f"{run}.train.log").read_text()
+        # the perplexity is the chosen checkpoint's (epoch 1's) validation, as training logged it
+        valid_ppl = re.findall(r"valid on 'valid' subset \|.* ppl ([0-9.]+)", log)[-1]
+        assert float(cells[2]) == pytest.approx(float(valid_ppl), abs=0.011), (row, valid_ppl)
+        # the BLEU is sacrebleu's (13a) of the run's detokenized test output against the raw references
+        hyps = (Path(data_env["RESULTS_DIR"]) / "multi30k-logs" / f"{run}.test.detok").read_text(
+            encoding="utf-8").splitlines()
+        assert cells[3] == f"{sacrebleu.corpus_bleu(hyps, [references]).score:.2f}", row
     assert "--noise-side target" in md and "fairseq-generate" in md and "--cpu" in md
     # the empty last line of every file was dropped: 200 / 24 / 24 pairs
     assert len((work / "raw" / "train.en").read_text().splitlines()) == 200
@@ -422,7 +430,11 @@ def test_ptb_end_to_end_tiny(data_env, tmp_path):
     assert rows[0] == "| Noising scheme | gamma_0 | Validation | Test | Paper validation | Paper test |"
     kn = next(r for r in rows if r.startswith("| bigram Kneser-Ney |"))
     cells = [c.strip() for c in kn.strip("|").split("|")]
-    assert cells[1] in ("0.2", "0.4") and float(cells[2]) > 1 and float(cells[3]) > 1
+    assert cells[1] in ("0.2", "0.4")
+    # the perplexities are fairseq-eval-lm's on the chosen run's checkpoint_best.pt
+    for split, value in (("valid", cells[2]), ("test", cells[3])):
+        log = (work / "small" / f"kn-g{cells[1]}" / f"checkpoint_best.pt.{split}.eval.log").read_text()
+        assert re.findall(r"Perplexity: ([0-9.]+)", log)[-1] == value, (split, value)
     # the chosen gamma_0 is the one with the lower validation perplexity
     sweep = {r.split("|")[2].strip(): float(r.split("|")[3]) for r in rows if r.startswith("| kn |")}
     assert cells[1] == min(sweep, key=sweep.get)

@@ -134,4 +134,4 @@ def test_stateful_evaluation_beats_block_by_block_on_one_checkpoint(ptb_small_bi
     stateless = run_cli(evaluate + ["--batch-size", "20"])
     ppl_stateful = perplexity(stateful.stderr + stateful.stdout)
     ppl_stateless = perplexity(stateless.stderr + stateless.stdout)
-    assert np.isfinite(ppl_stateful) and ppl_stateful < ppl_stateless, (ppl_stateful, ppl_stateless)
+    assert ppl_stateful < ppl_stateless, (ppl_stateful, ppl_stateless)

@@ -8,7 +8,9 @@ the stream, and a model may carry its hidden state from one batch to the next.
 
 Under data-parallel training each rank owns its own rows (``row_ids``), so a rank's state
 only ever continues its own rows. The tokens left over after cutting ``num_rows`` equal rows
-(fewer than ``num_rows``) are dropped, as in Zaremba et al.'s reader.
+(fewer than ``num_rows``) are dropped, as in Zaremba et al.'s reader; for evaluation (``pad``
+given) the end of the stream is padded instead, so that every token but the first is a target
+exactly once (the padding ends the last rows, and pad targets are not scored).
 """
 
 import numpy as np
@@ -22,16 +24,24 @@ class StatefulBPTTDataset(FairseqDataset):
         num_rows: rows over all ranks (batch size x data-parallel world size).
         row_ids: the rows of this process (a contiguous range for rank k).
         block_size: time steps per batch (``--tokens-per-sample``).
+        pad: evaluation: pad the stream's end with this index instead of dropping its last
+            tokens (``ntokens`` then counts the non-pad targets).
     """
 
-    def __init__(self, tokens, num_rows, row_ids, block_size):
+    def __init__(self, tokens, num_rows, row_ids, block_size, pad=None):
         tokens = np.asarray(tokens, dtype=np.int64)
         if num_rows < 1 or block_size < 1:
             raise ValueError("num_rows and block_size must be positive")
         self.num_rows = int(num_rows)
         self.row_ids = np.asarray(row_ids, dtype=np.int64)
         self.block_size = int(block_size)
-        self.row_length = (tokens.size - 1) // self.num_rows
+        self.pad = pad
+        if pad is None:
+            self.row_length = (tokens.size - 1) // self.num_rows
+        else:
+            self.row_length = -(-(tokens.size - 1) // self.num_rows)
+            padding = self.row_length * self.num_rows + 1 - tokens.size
+            tokens = np.append(tokens, np.full(padding, pad, dtype=np.int64))
         if self.row_length < 1:
             raise ValueError(f"a stream of {tokens.size} tokens cannot fill {num_rows} rows")
         used = self.row_length * self.num_rows
@@ -70,7 +80,7 @@ class StatefulBPTTDataset(FairseqDataset):
         return {
             "id": self.example_ids(item["index"]),
             "nsentences": rows,
-            "ntokens": rows * length,
+            "ntokens": rows * length if self.pad is None else int(target.ne(self.pad).sum()),
             "net_input": {
                 "src_tokens": source,
                 "src_lengths": torch.full((rows,), length, dtype=torch.long),

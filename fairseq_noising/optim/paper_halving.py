@@ -317,6 +317,12 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         if improved:
             self.best, self.best_epoch = val, epoch
             self._snapshot()
+        # a tie does not improve (the rate halves), but fairseq's checkpoint_best.pt takes it (its
+        # test is <=): the tie becomes the best epoch, so the parameters stay those of that file
+        tie = known and not improved and self.best is not None and val == self.best
+        if tie:
+            self.best_epoch = epoch
+            self._snapshot()
 
         rel = None
         if self.threshold is None:
@@ -331,12 +337,15 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.last_loss = val if known else None
 
         restored = False
-        if not improved and self.restore_best and self.best_params is not None:
+        if not improved and not tie and self.restore_best and self.best_params is not None:
             self._restore()
             restored = True
 
         if improved:
             what = f"improves on {prev_best:.6g}" if prev_best is not None else "is the first"
+        elif tie:
+            what = (f"equals the best (epoch {prev_best_epoch}) and replaces it in "
+                    "checkpoint_best.pt, as fairseq does")
         else:
             what = (
                 f"does not improve on {prev_best:.6g} (epoch {prev_best_epoch})"

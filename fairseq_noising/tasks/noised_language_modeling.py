@@ -67,7 +67,8 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     (:class:`~fairseq_noising.data.stateful_bptt_dataset.StatefulBPTTDataset`) read in order, and
     the model's final hidden state of one batch is the initial state of the next
     (:class:`~fairseq_noising.tasks._state_carrier.StateCarrier`); the state is reset at the start
-    of every epoch. Under data-parallel training each rank owns --batch-size rows of its own.
+    of every epoch and of every evaluation split. Under data-parallel training each rank owns
+    --batch-size rows of its own.
     """
 
     def __init__(self, args, dictionary, output_dictionary=None, targets=None):
@@ -148,11 +149,15 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         else:
             # evaluation reads the whole split in --batch-size-valid rows (fairseq-eval-lm:
             # --batch-size; default 1): every token but the first of each row keeps its whole
-            # left context. Every rank evaluates the whole split.
+            # left context. Every rank evaluates the whole split. The end of the stream is
+            # padded, not dropped: every token but the split's first is scored exactly once.
             num_rows = int(getattr(self.args, "batch_size_valid", None) or self.args.batch_size or 1)
             row_ids = np.arange(num_rows)
         try:
-            return StatefulBPTTDataset(tokens, num_rows, row_ids, self.args.tokens_per_sample)
+            return StatefulBPTTDataset(
+                tokens, num_rows, row_ids, self.args.tokens_per_sample,
+                pad=None if is_train else self.dictionary.pad(),
+            )
         except ValueError as e:
             raise NoisingError(f"--stateful-bptt: {e}")
 
@@ -176,6 +181,10 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             )
         # every item is a whole batch, read in order; rows are already split between ranks
         dataset.set_epoch(epoch)
+        if dataset is not self.datasets.get(getattr(self.args, "train_subset", "train")):
+            # a new pass over an evaluation split (each of --valid-subset valid,test in turn, for
+            # which fairseq calls begin_valid_epoch only once) starts from a zero state
+            self.carrier.reset("eval")
         return iterators.EpochBatchIterator(
             dataset=dataset,
             collate_fn=dataset.collater,
