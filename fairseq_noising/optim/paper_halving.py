@@ -18,6 +18,8 @@ Modes
 - otherwise: the learning rate is multiplied by ``--lr-shrink`` (0.5) **and** the parameters of the
   best epoch so far are copied back into the model, so that the next epoch restarts from the best
   point with the smaller step (``--no-restore-best`` keeps the current parameters instead).
+  A tie with the best (fairseq rounds the loss to 3 decimals) halves too, but keeps the tied
+  epoch's parameters as the new best, because fairseq's ``checkpoint_best.pt`` takes a tie.
 
 *Threshold (``--halving-threshold 0.01``, the translation rule).* The paper's IWSLT set-up "starts
 halving the learning rate when the relative difference in validation perplexity between two
