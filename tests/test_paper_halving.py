@@ -211,10 +211,16 @@ def test_halving_restores_the_best_epoch_parameters_exactly():
     train_a_bit(scheduler, model, 3)  # improves: kept, lr unchanged
     assert scheduler.step(3, 4.0) == 0.5
     best3 = params(model)
-    train_a_bit(scheduler, model, 4)  # equal to the best is not an improvement
+    train_a_bit(scheduler, model, 4)  # equal to the best is not an improvement: the lr halves,
+    tied = params(model)  # but fairseq's checkpoint_best.pt takes a tie (<=), so the model keeps
+    assert not same(tied, best3)  # epoch 4's parameters, now the best epoch's
     assert scheduler.step(4, 4.0) == 0.25
-    assert same(params(model), best3) and scheduler.best_epoch == 3
+    assert same(params(model), tied) and scheduler.best_epoch == 4
     assert scheduler.optimizer.get_lr() == 0.25
+
+    train_a_bit(scheduler, model, 5)  # worse: back to epoch 4 (the tie), not epoch 3
+    assert scheduler.step(5, 4.5) == 0.125
+    assert same(params(model), tied)
 
 
 def test_no_restore_best_keeps_the_current_parameters():
@@ -467,7 +473,10 @@ def test_fairseq_train_trains_at_lr_over_256_then_stops(ptb300, tmp_path):
     log = proc.stdout
     assert proc.returncode == 0
     assert decisions(log) == EXPECTED_DECISIONS
-    assert "halving 1/8: lr 1e-09 -> 5e-10; restored the parameters of epoch 1" in log
+    # every later epoch ties with the best at 3 decimals: fairseq's checkpoint_best.pt takes it
+    assert ("equals the best (epoch 1) and replaces it in checkpoint_best.pt, as fairseq does; "
+            "halving 1/8: lr 1e-09 -> 5e-10") in log
+    assert "restored the parameters" not in log
     assert "halving 8/8: lr 7.8125e-12 -> 3.90625e-12" in log
     assert "stop: all 8 halvings done: lr 3.90625e-12 -> 0" in log
     assert "stopping training because current learning rate (0.0)" in log
