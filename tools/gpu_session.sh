@@ -22,7 +22,10 @@ mkdir -p runs/logs
 VENV=/tmp/venv  # the image's python3 (with its CUDA torch) plus our wheels
 export VENV PATH=/tmp/venv/bin:$PATH
 PTB=$PWD/.gpu/ptb
-RUNS="none-0 blank-0.1 blank-0.2 unigram-0.1 unigram-0.2 kn-0.2 kn-0.4"
+SCHEMES="none blank unigram kn"
+export GAMMAS="0.1 0.2" GAMMAS_kn="0.2 0.4"  # the gamma_0 grids, read by recipes/ptb.sh
+RUNS="none-0"
+for s in blank unigram kn; do v=GAMMAS_$s; for g in ${!v:-$GAMMAS}; do RUNS+=" $s-$g"; done; done
 MED=runs/ptb/medium
 
 elapsed() { echo $(( $(date +%s) - T0 )); }
@@ -88,8 +91,7 @@ start)
   # none first: it binarizes; the others start once the binarization is done
   launch none-0 SCHEMES=none
   for i in $(seq 60); do [ -f runs/ptb/data-bin/.done ] && break; sleep 2; done
-  for g in 0.1 0.2; do launch blank-$g SCHEMES=blank GAMMAS=$g; launch unigram-$g SCHEMES=unigram GAMMAS=$g; done
-  for g in 0.2 0.4; do launch kn-$g SCHEMES=kn GAMMAS=$g; done
+  for r in ${RUNS#none-0 }; do launch "$r" SCHEMES="${r%-*}" GAMMAS="${r#*-}" GAMMAS_${r%-*}="${r#*-}"; done
   [ "${QUICKSTART:-0}" = 0 ] || setsid env DEVICE=cuda THREADS=1 PTB_DIR="$PTB" bash recipes/quickstart.sh > runs/logs/quickstart.log 2>&1 < /dev/null &
   sleep 30; for f in runs/logs/*.log; do echo "-- $f"; tail -n 3 "$f"; done
   watch_until "$2"
@@ -99,7 +101,7 @@ wait)
   ;;
 finish)
   if watch_until "$2"; then
-    env SIZE=medium PTB_DIR="$PTB" WORK=runs/ptb DEVICE=cuda GAMMAS="0.1 0.2" GAMMAS_kn="0.2 0.4" \
+    env SIZE=medium PTB_DIR="$PTB" WORK=runs/ptb DEVICE=cuda SCHEMES="$SCHEMES" \
       bash recipes/ptb.sh > runs/logs/ptb-final.log 2>&1
     tail -40 runs/logs/ptb-final.log
   else

@@ -3,9 +3,9 @@
 The carrier keeps one state per mode ("train" and "eval", so that validating in the middle of
 training does not disturb the training state), captures each forward's ``final_state`` with a
 forward hook on the decoder, detaches it (gradients stop at batch boundaries), and hands it to
-the next batch of the same mode as ``net_input["initial_state"]``. The task resets a mode's
-state at the start of every training or validation epoch, and the evaluation state at the start
-of every evaluation split.
+the next batch of the same mode as ``net_input["initial_state"]``. The task resets the training
+state at the start of every epoch and the evaluation state at the start of every pass over an
+evaluation split.
 """
 
 from typing import Dict, Optional, Tuple

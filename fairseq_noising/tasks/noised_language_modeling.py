@@ -181,9 +181,10 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             )
         # every item is a whole batch, read in order; rows are already split between ranks
         dataset.set_epoch(epoch)
-        if dataset is not self.datasets.get(getattr(self.args, "train_subset", "train")):
-            # a new pass over an evaluation split (each of --valid-subset valid,test in turn, for
-            # which fairseq calls begin_valid_epoch only once) starts from a zero state
+        if inner.pad is not None:
+            # a pass over an evaluation split (only those are padded) starts from a zero state:
+            # fairseq's validation builds one iterator per --valid-subset, fairseq-validate and
+            # fairseq-eval-lm one per split, and nothing else marks the start of a split
             self.carrier.reset("eval")
         return iterators.EpochBatchIterator(
             dataset=dataset,
@@ -200,11 +201,6 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         super().begin_epoch(epoch, model)
         if self.carrier is not None:
             self.carrier.reset("train")
-
-    def begin_valid_epoch(self, epoch, model):
-        super().begin_valid_epoch(epoch, model)
-        if self.carrier is not None:
-            self.carrier.reset("eval")
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if self.carrier is not None:
@@ -225,5 +221,4 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             dataset, num_workers=kwargs.get("num_workers", 0),
             data_buffer_size=kwargs.get("data_buffer_size", 0),
         ).next_epoch_itr(shuffle=False)
-        self.carrier.reset("eval")
         return InjectingIterator(iterator, self.carrier, "eval")
