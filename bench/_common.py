@@ -108,7 +108,7 @@ def ptb_train_stream(data_bin: Path):
     """
     from fairseq.data import Dictionary, data_utils
     from fairseq_noising.stats_cache import read_token_stream
-    from fairseq_noising.tasks._noising import add_blank
+    from fairseq_noising.tasks.noising_config import add_blank
 
     dictionary = Dictionary.load(str(data_bin / "dict.txt"))
     add_blank(dictionary)

@@ -22,17 +22,18 @@ Probabilities are clipped to [0, 1]; a token with no successor in the training d
 Special symbols (``special_ids``: padding, begin of sentence, blank, and the end of sentence in
 translation or with ``--special-eos``) are never noised and never drawn; their gamma and q are 0.
 The unknown word is an ordinary token.
+
+Every scheme is one :class:`SchemeSpec` in :data:`REGISTRY`; the ``--noise-scheme`` flag's choices
+and help, the recipes' table labels and the tests' scheme lists are read from it, so a new scheme
+is one ``register_scheme`` call (and its test).
 """
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
 from .ngram_stats import BigramStats
-
-SCHEMES = ("none", "blank", "uniform", "unigram", "ad", "kn", "mkn")
-TARGET_NOISING_SCHEMES = ("kn", "mkn")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,33 @@ class NoiseScheme:
         return bool(self.gamma.any())
 
 
+@dataclass(frozen=True)
+class SchemeSpec:
+    """How one scheme computes gamma and q, and how users and result tables name it."""
+
+    name: str
+    gamma: Callable[[BigramStats, float], np.ndarray]  # (stats, gamma0) -> gamma over all ids
+    proposal: Optional[Callable[[BigramStats], np.ndarray]]  # unnormalised q; None: no draw
+    noise_target: bool
+    help: str  # a few words for --noise-scheme's help
+    label: str  # the row label in results tables
+    uses_blank: bool = False
+
+
+REGISTRY: Dict[str, SchemeSpec] = {}
+
+
+def register_scheme(spec: SchemeSpec) -> SchemeSpec:
+    if spec.name in REGISTRY:
+        raise ValueError(f"noising scheme {spec.name!r} is registered twice")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def _constant(stats: BigramStats, gamma0: float) -> np.ndarray:
+    return np.full(stats.vocab_size, float(gamma0))
+
+
 def _discounted_ratio(numerator: np.ndarray, stats: BigramStats, gamma0: float) -> np.ndarray:
     """g0 * numerator / sum_y c(x, y), and g0 where x has no successor; clipped to [0, 1]."""
     total = stats.successor_total.astype(np.float64)
@@ -61,6 +89,53 @@ def _discounted_ratio(numerator: np.ndarray, stats: BigramStats, gamma0: float) 
         numerator.astype(np.float64), total, out=np.ones_like(total), where=total > 0
     )
     return np.clip(gamma0 * ratio, 0.0, 1.0)
+
+
+def _absolute_discounting(stats: BigramStats, gamma0: float) -> np.ndarray:
+    return _discounted_ratio(stats.distinct_successors, stats, gamma0)
+
+
+def _modified_discounts(stats: BigramStats, gamma0: float) -> np.ndarray:
+    d1, d2, d3 = stats.discounts
+    return _discounted_ratio(d1 * stats.n1 + d2 * stats.n2 + d3 * stats.n3plus, stats, gamma0)
+
+
+def _seen_types(stats: BigramStats) -> np.ndarray:
+    return (stats.unigram > 0).astype(np.float64)
+
+
+def _unigram(stats: BigramStats) -> np.ndarray:
+    return stats.unigram.astype(np.float64)
+
+
+def _continuation(stats: BigramStats) -> np.ndarray:
+    return stats.distinct_predecessors.astype(np.float64)
+
+
+for _spec in (
+    SchemeSpec("none", lambda stats, g0: np.zeros(stats.vocab_size), None, False,
+               "no noising", "none"),
+    SchemeSpec("blank", _constant, None, False, "context tokens become <blank>", "blank",
+               uses_blank=True),
+    SchemeSpec("uniform", _constant, _seen_types, False, "uniform replacement", "uniform"),
+    SchemeSpec("unigram", _constant, _unigram, False, "unigram replacement", "unigram"),
+    SchemeSpec("ad", _absolute_discounting, _unigram, False, "absolute discounting",
+               "absolute discounting"),
+    SchemeSpec("kn", _absolute_discounting, _continuation, True, "bigram Kneser-Ney",
+               "bigram Kneser-Ney"),
+    SchemeSpec("mkn", _modified_discounts, _continuation, True,
+               "Kneser-Ney with modified discounts", "Kneser-Ney, modified discounts"),
+):
+    register_scheme(_spec)
+
+SCHEMES = tuple(REGISTRY)
+TARGET_NOISING_SCHEMES = tuple(name for name, spec in REGISTRY.items() if spec.noise_target)
+
+
+def scheme_help() -> str:
+    """The ``--noise-scheme`` help line: every registered scheme with its few words."""
+    names = ", ".join(f"{spec.name} ({spec.help})" for spec in REGISTRY.values())
+    return f"data noising scheme applied to training batches (Xie et al., 2017): {names}"
 
 
 def _normalised(weights: np.ndarray, what: str) -> np.ndarray:
@@ -83,46 +158,30 @@ def build_scheme(
     ``stats`` may cover fewer ids than ``vocab_size`` (symbols added after counting, such as
     ``<blank>``, have zero counts).
     """
-    if name not in SCHEMES:
+    spec = REGISTRY.get(name)
+    if spec is None:
         raise ValueError(f"unknown noising scheme {name!r}; expected one of {', '.join(SCHEMES)}")
     if not 0.0 <= gamma0 <= 1.0:
         raise ValueError(f"gamma must lie in [0, 1], got {gamma0}")
+    if spec.uses_blank and blank_index is None:
+        raise ValueError(f"the {name} scheme needs the index of the <blank> symbol")
     stats = stats.resized(vocab_size or stats.vocab_size)
     size = stats.vocab_size
     eligible = np.ones(size, dtype=bool)
     special = np.asarray([i for i in special_ids if i is not None and 0 <= i < size], dtype=np.int64)
     eligible[special] = False
 
-    if name == "none":
-        gamma = np.zeros(size)
-    elif name in ("blank", "uniform", "unigram"):
-        gamma = np.full(size, float(gamma0))
-    elif name in ("ad", "kn"):
-        gamma = _discounted_ratio(stats.distinct_successors, stats, gamma0)
-    else:  # mkn
-        d1, d2, d3 = stats.discounts
-        mass = d1 * stats.n1 + d2 * stats.n2 + d3 * stats.n3plus
-        gamma = _discounted_ratio(mass, stats, gamma0)
-    gamma = np.where(eligible, gamma, 0.0)
-
+    gamma = np.where(eligible, spec.gamma(stats, gamma0), 0.0)
     proposal = None
-    if name == "blank":
-        if blank_index is None:
-            raise ValueError("the blank scheme needs the index of the <blank> symbol")
-    elif name == "uniform":
-        proposal = _normalised((eligible & (stats.unigram > 0)).astype(np.float64), "uniform")
-    elif name in ("unigram", "ad"):
-        proposal = _normalised(np.where(eligible, stats.unigram, 0).astype(np.float64), "unigram")
-    elif name in ("kn", "mkn"):
-        weights = np.where(eligible, stats.distinct_predecessors, 0).astype(np.float64)
-        proposal = _normalised(weights, "Kneser-Ney")
+    if spec.proposal is not None:
+        proposal = _normalised(np.where(eligible, spec.proposal(stats), 0.0), spec.label)
 
     return NoiseScheme(
         name=name,
         gamma0=float(gamma0),
         gamma=gamma,
         proposal=proposal,
-        noise_target=name in TARGET_NOISING_SCHEMES,
+        noise_target=spec.noise_target,
         special_ids=tuple(int(i) for i in special),
         blank_index=blank_index,
     )

@@ -16,6 +16,7 @@ import zipfile
 
 import numpy as np
 
+from .fairseq_compat import indexed_tokens
 from .ngram_stats import STATS_FORMAT_VERSION, BigramStats, sentence_stats, stream_stats
 
 logger = logging.getLogger(__name__)
@@ -30,12 +31,9 @@ def cache_path(prefix: str) -> str:
 def read_token_stream(dataset):
     """All tokens of an indexed dataset as one int64 array, and the sizes of its items."""
     sizes = np.asarray(dataset.sizes, dtype=np.int64)
-    index = getattr(dataset, "_index", None)
-    buffer = getattr(dataset, "_bin_buffer", None)
-    if index is not None and buffer is not None:  # fairseq's mmap format: one contiguous buffer
-        start = int(index._pointers[0]) if len(sizes) else 0
-        tokens = np.frombuffer(buffer, dtype=index.dtype, count=int(sizes.sum()), offset=start)
-        return tokens.astype(np.int64), sizes
+    tokens = indexed_tokens(dataset)  # fairseq's mmap format: one contiguous buffer
+    if tokens is not None:
+        return tokens, sizes
     if len(dataset) == 0:
         return np.zeros(0, dtype=np.int64), sizes
     return np.concatenate([dataset[i].numpy() for i in range(len(dataset))]).astype(np.int64), sizes

@@ -141,3 +141,10 @@ def ptb_oracle():
 
 # fairseq's end of sentence is the authors' <eos>
 FAIRSEQ_TO_AUTHORS = {"</s>": "<eos>"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow: real data, subprocesses or training runs (the fast tier is pytest -m 'not slow')",
+    )

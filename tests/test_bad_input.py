@@ -22,7 +22,7 @@ from fairseq.data import Dictionary, data_utils, indexed_dataset
 from conftest import PLUGIN_DIR, run_cli
 from fairseq_noising.ngram_stats import BigramStats
 from fairseq_noising.stats_cache import cache_path, load_or_build_stats
-from fairseq_noising.tasks._noising import add_blank
+from fairseq_noising.tasks.noising_config import add_blank
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-import fairseq_noising  # noqa: F401  (registers the allow-list in this process)
+import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the allow-list in this process)
 from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import fairseq_noising  # noqa: F401  (registers the models)
+import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the models)
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf

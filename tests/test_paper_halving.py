@@ -20,7 +20,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import fairseq_noising  # noqa: F401  (registers the scheduler)
+import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the scheduler)
 from conftest import PLUGIN_DIR, head_lines, require_shared, run_cli
 from fairseq import checkpoint_utils, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf

@@ -24,7 +24,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-import fairseq_noising
+import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
 from fairseq import checkpoint_utils, utils
 from fairseq.data import MonolingualDataset, TokenBlockDataset
 from fairseq.logging import progress_bar
@@ -33,7 +33,8 @@ from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
 from ..stats_cache import load_or_build_stats, read_token_stream
-from ..tasks._noising import build_noiser, check_data_dir, load_split
+from ..fairseq_compat import final_state, takes_initial_state
+from ..tasks.noising_config import build_noiser, check_data_dir, load_split
 
 logger = logging.getLogger("fairseq_noising.analyze")
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_noising.__file__))
@@ -89,7 +90,7 @@ class LoadedModel:
         self.device = device or pick_device()
         self.model = models[0].to(self.device).eval()
         self.stateful = bool(getattr(cfg.task, "stateful_bptt", False))
-        if self.stateful and "initial_state" not in self.model.decoder.forward.__code__.co_varnames:
+        if self.stateful and not takes_initial_state(self.model):
             raise NoisingError(f"{path}: stateful evaluation needs a decoder that takes initial_state")
         self.batch_size = batch_size or cfg.dataset.batch_size_valid or cfg.dataset.batch_size or 16
         self.max_tokens = max_tokens
@@ -203,8 +204,7 @@ class LoadedModel:
         lprobs = self.model.get_normalized_probs(net_output, log_probs=True).float()
         final = None
         if self.stateful:
-            final = net_output[1]["final_state"]
-            final = tuple(s.detach() for s in final)
+            final = final_state(net_output)
         return lprobs, final
 
 

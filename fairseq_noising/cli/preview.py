@@ -35,14 +35,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-import fairseq_noising
+import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
 from fairseq import options, tasks
 from fairseq.data import data_utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
-from ..tasks._noising import check_data_dir
+from ..tasks.noising_config import check_data_dir
 from ..tasks.noised_language_modeling import NoisedLanguageModelingTask
 
 PREVIEW_TASKS = ("noised_language_modeling", "noised_translation")

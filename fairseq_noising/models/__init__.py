@@ -1,8 +1,3 @@
-"""Imports every module of this sub-package so that its fairseq registrations run."""
+"""The paper's LSTM models, registered with fairseq on import."""
 
-import importlib
-import pkgutil
-
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+from . import noising_lstm_lm, noising_lstm_seq2seq  # noqa: F401

@@ -143,6 +143,8 @@ def init_uniform_(module: nn.Module, init_range: float, padding_idx: Optional[in
 class NoisingLSTMLMDecoder(FairseqIncrementalDecoder):
     """Embedding -> dropout -> fused multi-layer nn.LSTM -> dropout -> Linear. See module doc."""
 
+    supports_initial_state = True  # forward(..., initial_state=(h, c)): stateful BPTT
+
     def __init__(
         self,
         dictionary,

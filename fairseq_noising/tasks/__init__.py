@@ -1,8 +1,3 @@
-"""Imports every module of this sub-package so that its fairseq registrations run."""
+"""The noised tasks, registered with fairseq on import."""
 
-import importlib
-import pkgutil
-
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+from . import noised_language_modeling, noised_translation  # noqa: F401

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from fairseq import utils
-from fairseq.data import indexed_dataset, iterators
+from fairseq.data import indexed_dataset
 from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
@@ -15,10 +15,11 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
+from ..fairseq_compat import ordered_batch_iterator, takes_initial_state
 from ..noiser import Noiser
 from ..stats_cache import read_token_stream
-from ._state_carrier import InjectingIterator, StateCarrier
-from ._noising import (
+from .state_carrier import InjectingIterator, StateCarrier
+from .noising_config import (
     NoisingConfig,
     add_blank,
     build_noiser,
@@ -66,7 +67,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     With ``--stateful-bptt`` batches are blocks of contiguous rows
     (:class:`~fairseq_noising.data.stateful_bptt_dataset.StatefulBPTTDataset`) read in order, and
     the model's final hidden state of one batch is the initial state of the next
-    (:class:`~fairseq_noising.tasks._state_carrier.StateCarrier`); the state is reset at the start
+    (:class:`~fairseq_noising.tasks.state_carrier.StateCarrier`); the state is reset at the start
     of every epoch and of every evaluation split. Under data-parallel training each rank owns
     --batch-size rows of its own.
     """
@@ -164,7 +165,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     def build_model(self, args, from_checkpoint=False):
         model = super().build_model(args, from_checkpoint)
         if self.carrier is not None:
-            if "initial_state" not in model.decoder.forward.__code__.co_varnames:
+            if not takes_initial_state(model):
                 raise NoisingError(
                     f"--stateful-bptt needs a model whose decoder takes initial_state "
                     f"(such as --arch noising_lstm_lm); {type(model).__name__} does not"
@@ -186,15 +187,9 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             # fairseq's validation builds one iterator per --valid-subset, fairseq-validate and
             # fairseq-eval-lm one per split, and nothing else marks the start of a split
             self.carrier.reset("eval")
-        return iterators.EpochBatchIterator(
-            dataset=dataset,
-            collate_fn=dataset.collater,
-            batch_sampler=[[i] for i in range(len(dataset))],
-            seed=kwargs.get("seed", 1),
-            num_workers=num_workers,
-            epoch=epoch,
+        return ordered_batch_iterator(
+            dataset, seed=kwargs.get("seed", 1), num_workers=num_workers, epoch=epoch,
             buffer_size=data_buffer_size,
-            disable_shuffling=True,
         )
 
     def begin_epoch(self, epoch, model):

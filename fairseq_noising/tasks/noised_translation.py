@@ -13,7 +13,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
-from ._noising import (
+from .noising_config import (
     NoisingConfig,
     add_blank,
     build_noiser,

@@ -11,7 +11,7 @@ from omegaconf import II
 
 from ..errors import NoisingError
 from ..noiser import Noiser
-from ..schemes import SCHEMES, build_scheme
+from ..schemes import SCHEMES, build_scheme, scheme_help
 from ..stats_cache import load_or_build_stats, read_token_stream
 
 logger = logging.getLogger(__name__)
@@ -24,11 +24,7 @@ NOISE_SCHEME_CHOICES = ChoiceEnum(list(SCHEMES))
 class NoisingConfig(FairseqDataclass):
     noise_scheme: NOISE_SCHEME_CHOICES = field(
         default="none",
-        metadata={
-            "help": "data noising scheme applied to training batches (Xie et al., 2017): none, "
-            "blank, uniform, unigram, ad (absolute discounting), kn (bigram Kneser-Ney), mkn "
-            "(Kneser-Ney with modified discounts)"
-        },
+        metadata={"help": scheme_help()},
     )
     noise_gamma: float = field(
         default=0.0,

@@ -12,6 +12,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from ..fairseq_compat import final_state
+
 State = Tuple[torch.Tensor, torch.Tensor]
 
 
@@ -26,10 +28,9 @@ class StateCarrier:
         decoder.register_forward_hook(self._capture)
 
     def _capture(self, module, inputs, output):
-        extra = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-        if isinstance(extra, dict) and extra.get("final_state") is not None:
-            mode = "train" if module.training else "eval"
-            self.states[mode] = tuple(s.detach() for s in extra["final_state"])
+        state = final_state(output)
+        if state is not None:
+            self.states["train" if module.training else "eval"] = state
 
     def inject(self, sample: dict, mode: str) -> dict:
         """Puts the carried state into ``sample["net_input"]`` when it fits the batch's rows."""
