@@ -19,7 +19,7 @@ setup(
         "sacremoses",  # tokenizer of the translation recipes
         "matplotlib",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest", "ruff==0.17.6"]},  # ruff: lint and format (ruff.toml)
     entry_points={
         "console_scripts": [
             "fairseq-noise-preview = fairseq_noising.cli.preview:cli_main",

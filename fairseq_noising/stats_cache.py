@@ -16,7 +16,6 @@ import zipfile
 
 import numpy as np
 
-from .fairseq_compat import indexed_tokens
 from .ngram_stats import STATS_FORMAT_VERSION, BigramStats, sentence_stats, stream_stats
 
 logger = logging.getLogger(__name__)
@@ -30,6 +29,8 @@ def cache_path(prefix: str) -> str:
 
 def read_token_stream(dataset):
     """All tokens of an indexed dataset as one int64 array, and the sizes of its items."""
+    from .fairseq_compat import indexed_tokens  # here: the statistics cache needs no fairseq
+
     sizes = np.asarray(dataset.sizes, dtype=np.int64)
     tokens = indexed_tokens(dataset)  # fairseq's mmap format: one contiguous buffer
     if tokens is not None:

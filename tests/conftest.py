@@ -15,6 +15,10 @@ REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
 
 
+# console scripts run single-threaded, so that tests running side by side do not oversubscribe
+CLI_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def shared_data_dir() -> Path:
     return Path(os.environ.get("FAIRSEQ_NOISING_SHARED", REPO.parent / "shared" / "data"))
 
@@ -64,20 +68,37 @@ def head_lines(src: Path, dst: Path, n=None):
     return dst
 
 
-def binarize_lm(dest: Path, train_lines=None, valid_lines=None) -> Path:
+def fairseq_preprocess(*argv) -> Path:
+    """Runs fairseq-preprocess's own ``main`` in-process (saves starting Python and fairseq)."""
+    import logging
+
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    args = options.get_preprocessing_parser().parse_args([str(a) for a in argv] + ["--workers", "1"])
+    log = logging.getLogger(preprocess.__name__)
+    handlers = list(log.handlers)
+    try:
+        preprocess.main(args)
+    finally:
+        for handler in set(log.handlers) - set(handlers):  # main() adds a preprocess.log handler
+            log.removeHandler(handler)
+            handler.close()
+    return Path(args.destdir)
+
+
+def binarize_lm(dest: Path, train_lines=None, valid_lines=None, test_lines=None) -> Path:
+    """The first lines of PTB's splits (all when None) in dest/raw, binarized into dest/bin."""
     ptb = require_shared("ptb")
     raw = dest / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     head_lines(ptb / "ptb.train.txt", raw / "train.txt", train_lines)
     head_lines(ptb / "ptb.valid.txt", raw / "valid.txt", valid_lines)
-    head_lines(ptb / "ptb.test.txt", raw / "test.txt", valid_lines)
-    out = dest / "bin"
-    run_cli(
-        ["fairseq-preprocess", "--only-source", "--trainpref", raw / "train.txt",
-         "--validpref", raw / "valid.txt", "--testpref", raw / "test.txt",
-         "--destdir", out, "--workers", "2"]
+    head_lines(ptb / "ptb.test.txt", raw / "test.txt", test_lines or valid_lines)
+    return fairseq_preprocess(
+        "--only-source", "--trainpref", raw / "train.txt", "--validpref", raw / "valid.txt",
+        "--testpref", raw / "test.txt", "--destdir", dest / "bin",
     )
-    return out
 
 
 def binarize_translation(dest: Path, train_lines=None, valid_lines=None) -> Path:
@@ -88,13 +109,23 @@ def binarize_translation(dest: Path, train_lines=None, valid_lines=None) -> Path
                                 ("test", "test", valid_lines)):
         for lang in ("en", "de"):
             head_lines(m30k / f"{src_split}.{lang}", raw / f"{split}.{lang}", n)
-    out = dest / "bin"
-    run_cli(
-        ["fairseq-preprocess", "--source-lang", "en", "--target-lang", "de",
-         "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
-         "--destdir", out, "--workers", "2"]
+    return fairseq_preprocess(
+        "--source-lang", "en", "--target-lang", "de", "--trainpref", raw / "train",
+        "--validpref", raw / "valid", "--testpref", raw / "test", "--destdir", dest / "bin",
     )
-    return out
+
+
+# line counts of the tiny PTB: a few seconds of training; valid and test of unequal length
+PTB_TINY_LINES = {"train": 300, "valid": 20, "test": 7}
+
+
+@pytest.fixture(scope="session")
+def ptb_tiny_bin(tmp_path_factory) -> Path:
+    """The first 300 training lines of PTB, 20 of valid and 7 of test, binarized (the text
+    splits are in the folder's sibling ``raw``)."""
+    lines = PTB_TINY_LINES
+    return binarize_lm(tmp_path_factory.mktemp("ptb_tiny"), lines["train"], lines["valid"],
+                       lines["test"])
 
 
 @pytest.fixture(scope="session")

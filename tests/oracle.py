@@ -82,9 +82,11 @@ class Oracle:
             return gamma0
         if scheme in ("ad", "kn"):
             p = (gamma0 / total) * self.distinct[word]
-        else:  # mkn
+        elif scheme == "mkn":
             mass = self.d1 * self.n1[word] + self.d2 * self.n2[word] + self.d3p * self.n3p[word]
             p = gamma0 * mass / float(total)
+        else:
+            raise KeyError(f"the oracle has no gamma for scheme {scheme!r}: write its formula here")
         return min(p, 1.0)
 
     def proposal(self, scheme):
@@ -95,8 +97,10 @@ class Oracle:
             weights = {w: 1.0 for w in self.unigram}
         elif scheme in ("unigram", "ad"):
             weights = dict(self.unigram)  # loader: frequencies
-        else:  # kn, mkn: loader: hist_freqs, distinct histories
+        elif scheme in ("kn", "mkn"):  # loader: hist_freqs, distinct histories
             weights = dict(self.histories)
+        else:
+            raise KeyError(f"the oracle has no q for scheme {scheme!r}: write its formula here")
         weights = {w: c for w, c in weights.items() if w not in self.special}
         total = float(sum(weights.values()))
         return {w: c / total for w, c in weights.items()}

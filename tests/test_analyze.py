@@ -1,25 +1,28 @@
 """``fairseq-noise-analyze``: every subcommand against an independent computation.
 
-A tiny ``noising_lstm_lm_small`` (hidden size 16) is trained for 5 updates on the small PTB
-slice. The independent side reads the raw text files (not the binarized data), counts n-grams
-with Python sets and Counters, and runs the model itself over the token stream (blocks of 35 from
-a zero state, or whole rows for the stateful mode), so it shares no code with the analysis but
-the model's forward pass.
+Fast tier: the mathematics, log parsing, ``curves`` on synthetic logs and the one-line errors,
+in process. Slow tier (``slow``): a tiny ``noising_lstm_lm_small`` (hidden size 16) is trained
+for 5 updates on the small PTB slice. The independent side reads the raw text files (not the
+binarized data), counts n-grams with Python sets and Counters, and runs the model itself over the
+token stream (blocks of 35 from a zero state, or whole rows for the stateful mode), so it shares
+no code with the analysis but the model's forward pass; and one run of the console script.
 """
 
 import json
 import math
 import os
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import PLUGIN_DIR, cli, run_cli
 
-from conftest import PLUGIN_DIR, run_cli
 from fairseq_noising.analysis import divergence, logs, ngrams, pseudocounts
 from fairseq_noising.cli import analyze
+from fairseq_noising.errors import NoisingError
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 BLOCK = 35  # --tokens-per-sample of the tiny model
@@ -44,24 +47,62 @@ def tiny(ptb_small_bin, tmp_path_factory):
     root = tmp_path_factory.mktemp("analyze")
     save = root / "unigram"
     proc = run_cli(
-        ["fairseq-train", ptb_small_bin, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling",
-         "--arch", "noising_lstm_lm_small", "--hidden-size", "16", "--max-update", "5",
-         "--tokens-per-sample", BLOCK, "--batch-size", "20", "--required-batch-size-multiple", "1",
-         "--optimizer", "adam", "--lr", "0.01", "--noise-scheme", "unigram", "--noise-gamma", "0.2",
-         "--seed", "1", "--cpu", "--num-workers", "0", "--log-format", "simple",
-         "--no-epoch-checkpoints", "--save-dir", save],
+        [
+            "fairseq-train",
+            ptb_small_bin,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "noised_language_modeling",
+            "--arch",
+            "noising_lstm_lm_small",
+            "--hidden-size",
+            "16",
+            "--max-update",
+            "5",
+            "--tokens-per-sample",
+            BLOCK,
+            "--batch-size",
+            "20",
+            "--required-batch-size-multiple",
+            "1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.01",
+            "--noise-scheme",
+            "unigram",
+            "--noise-gamma",
+            "0.2",
+            "--seed",
+            "1",
+            "--cpu",
+            "--num-workers",
+            "0",
+            "--log-format",
+            "simple",
+            "--no-epoch-checkpoints",
+            "--save-dir",
+            save,
+        ],
         env=ENV,
     )
     (save / "train.log").write_text(proc.stdout + proc.stderr)
-    return {"data": ptb_small_bin, "ckpt": save / "checkpoint_best.pt", "dir": save,
-            "raw": ptb_small_bin.parent / "raw", "root": root}
+    return {
+        "data": ptb_small_bin,
+        "ckpt": save / "checkpoint_best.pt",
+        "dir": save,
+        "raw": ptb_small_bin.parent / "raw",
+        "root": root,
+    }
 
 
 @pytest.fixture(scope="module")
 def reference(tiny):
     """The model and the raw-text streams, loaded without the analysis code."""
-    import fairseq_noising  # noqa: F401
     from fairseq import checkpoint_utils
+
+    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(tiny["ckpt"])], arg_overrides={"data": str(tiny["data"])}
@@ -84,8 +125,8 @@ def block_nll(ref, stream):
     s = [ref["dict"].eos()] + list(stream)
     out_nll, out_lp = [], []
     for start in range(0, len(stream), BLOCK):
-        src = torch.tensor([s[start:start + BLOCK]])
-        tgt = torch.tensor(stream[start:start + BLOCK])
+        src = torch.tensor([s[start : start + BLOCK]])
+        tgt = torch.tensor(stream[start : start + BLOCK])
         net = ref["model"](src, src_lengths=torch.tensor([src.size(1)]))
         lp = ref["model"].get_normalized_probs(net, log_probs=True)[0].double()
         out_lp.append(lp)
@@ -107,8 +148,11 @@ def png_ok(path: Path):
 
 
 def test_kl_of_a_known_distribution():
-    log_p = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.125, 0.0], [0.1, 0.2, 0.3, 0.2, 0.2]],
-                                 dtype=torch.float64))
+    log_p = torch.log(
+        torch.tensor(
+            [[0.5, 0.25, 0.125, 0.125, 0.0], [0.1, 0.2, 0.3, 0.2, 0.2]], dtype=torch.float64
+        )
+    )
     support = torch.tensor([0, 1, 2, 3])  # type 4 unseen in training
     q = np.array([0.4, 0.3, 0.2, 0.1])
     kl, outside = divergence.kl_on_support(log_p, support, torch.log(torch.tensor(q)))
@@ -129,10 +173,24 @@ def test_kl_of_a_known_distribution():
     np.testing.assert_allclose(np.exp(lu), [1 / 3] * 3)
 
 
+@pytest.mark.slow
 def test_kl_cli_matches_an_independent_computation(tiny, reference, tmp_path):
     png = tmp_path / "kl.png"
-    result = run(["kl", f"tiny={tiny['ckpt']}", "--data", tiny["data"], "--cpu", "--log-format", "none",
-                  "--output", png, "--json", tmp_path / "kl.json"])
+    result = run(
+        [
+            "kl",
+            f"tiny={tiny['ckpt']}",
+            "--data",
+            tiny["data"],
+            "--cpu",
+            "--log-format",
+            "none",
+            "--output",
+            png,
+            "--json",
+            tmp_path / "kl.json",
+        ]
+    )
     png_ok(png)
     assert json.loads((tmp_path / "kl.json").read_text())["models"][0]["label"] == "tiny"
     r = result["models"][0]
@@ -164,18 +222,33 @@ def test_kl_cli_matches_an_independent_computation(tiny, reference, tmp_path):
 
 def brute_force_unseen(train, stream, eos):
     t = [eos] + list(train)
-    bigrams = {tuple(t[i:i + 2]) for i in range(len(t) - 1)}
-    trigrams = {tuple(t[i:i + 3]) for i in range(len(t) - 2)}
+    bigrams = {tuple(t[i : i + 2]) for i in range(len(t) - 1)}
+    trigrams = {tuple(t[i : i + 3]) for i in range(len(t) - 2)}
     s = [eos] + list(stream)
     bi = [(s[p], s[p + 1]) not in bigrams for p in range(len(stream))]
     tri = [p >= 1 and (s[p - 1], s[p], s[p + 1]) not in trigrams for p in range(len(stream))]
     return np.array(bi), np.array(tri)
 
 
+@pytest.mark.slow
 def test_unseen_cli_matches_brute_force(tiny, reference, tmp_path):
     png = tmp_path / "unseen.png"
-    result = run(["unseen", f"a={tiny['ckpt']}", f"b={tiny['ckpt']}", "--data", tiny["data"], "--cpu",
-                  "--log-format", "none", "--batch-size", "7", "--output", png])
+    result = run(
+        [
+            "unseen",
+            f"a={tiny['ckpt']}",
+            f"b={tiny['ckpt']}",
+            "--data",
+            tiny["data"],
+            "--cpu",
+            "--log-format",
+            "none",
+            "--batch-size",
+            "7",
+            "--output",
+            png,
+        ]
+    )
     png_ok(png)
     valid = reference["stream"]("valid")
     bi, tri = brute_force_unseen(reference["stream"]("train"), valid, reference["dict"].eos())
@@ -191,11 +264,25 @@ def test_unseen_cli_matches_brute_force(tiny, reference, tmp_path):
         np.testing.assert_allclose(r["trigram_ppl"], math.exp(nll[tri].mean()), rtol=1e-5)
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_stateful_mode_carries_the_state_over_whole_rows(tiny, reference):
     rows = 4
-    result = run(["unseen", tiny["ckpt"], "--data", tiny["data"], "--cpu", "--log-format", "none",
-                  "--eval-mode", "stateful", "--batch-size", rows])
+    result = run(
+        [
+            "unseen",
+            tiny["ckpt"],
+            "--data",
+            tiny["data"],
+            "--cpu",
+            "--log-format",
+            "none",
+            "--eval-mode",
+            "stateful",
+            "--batch-size",
+            rows,
+        ]
+    )
     r = result["models"][0]
     assert r["stateful"]
     valid = reference["stream"]("valid")
@@ -226,16 +313,35 @@ def test_ngram_index_convention():
     # bigrams (2,5) (5,7) seen, (7,6) unseen, (6,2) seen
     assert bi.tolist() == [False, False, True, False]
     # trigrams (2,5,7) seen, (5,7,6) unseen, (7,6,2) unseen; position 0 undefined
-    assert tri.tolist() == [False, False, True, True] and defined.tolist() == [False, True, True, True]
+    assert tri.tolist() == [False, False, True, True] and defined.tolist() == [
+        False,
+        True,
+        True,
+        True,
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # mc-eval
 
 
+@pytest.mark.slow
 def test_mc_eval_with_one_clean_sample_is_the_plain_evaluation(tiny, reference):
-    result = run(["mc-eval", tiny["ckpt"], "--data", tiny["data"], "--cpu", "--log-format", "none",
-                  "--samples", "1", "--noise-gamma", "0"])
+    result = run(
+        [
+            "mc-eval",
+            tiny["ckpt"],
+            "--data",
+            tiny["data"],
+            "--cpu",
+            "--log-format",
+            "none",
+            "--samples",
+            "1",
+            "--noise-gamma",
+            "0",
+        ]
+    )
     r = result["models"][0]
     assert r["test_scheme"] == "unigram" and r["test_gamma"] == 0.0 and r["trained_gamma"] == 0.2
     assert r["mc_ppl"] == r["ppl"]
@@ -245,10 +351,29 @@ def test_mc_eval_with_one_clean_sample_is_the_plain_evaluation(tiny, reference):
     assert r["plain_seconds"] > 0 and r["mc_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_mc_eval_noised_samples_are_deterministic(tiny):
-    argv = ["mc-eval", tiny["ckpt"], "--data", tiny["data"], "--cpu", "--log-format", "none",
-            "--split", "valid", "--samples", "3", "--noise-scheme", "blank", "--noise-gamma", "0.5",
-            "--eval-mode", "stateful", "--batch-size", "4"]
+    argv = [
+        "mc-eval",
+        tiny["ckpt"],
+        "--data",
+        tiny["data"],
+        "--cpu",
+        "--log-format",
+        "none",
+        "--split",
+        "valid",
+        "--samples",
+        "3",
+        "--noise-scheme",
+        "blank",
+        "--noise-gamma",
+        "0.5",
+        "--eval-mode",
+        "stateful",
+        "--batch-size",
+        "4",
+    ]
     first, second = run(argv)["models"][0], run(argv)["models"][0]
     assert first["mc_ppl"] == second["mc_ppl"]
     assert math.isfinite(first["mc_ppl"]) and first["mc_ppl"] != first["ppl"]
@@ -259,10 +384,14 @@ def test_mc_eval_noised_samples_are_deterministic(tiny):
 # curves and sweep: synthetic logs
 
 
-CONFIG = ("2024-01-01 00:00:00 | INFO | fairseq_cli.train | {'_name': None, 'task': {'_name': "
-          "'noised_language_modeling', 'noise_scheme': %s, 'noise_gamma': %s, 'seed': 1}}\n")
+CONFIG = (
+    "2024-01-01 00:00:00 | INFO | fairseq_cli.train | {'_name': None, 'task': {'_name': "
+    "'noised_language_modeling', 'noise_scheme': %s, 'noise_gamma': %s, 'seed': 1}}\n"
+)
 
-SIMPLE = CONFIG % ("kn", "0.2") + """\
+SIMPLE = (
+    CONFIG % ("kn", "0.2")
+    + """\
 2024-01-01 00:00:01 | INFO | train_inner | epoch 001:    100 / 200 loss=9.1, ppl=549.0, wps=1
 2024-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8 | ppl 256.5 | wps 1
 2024-01-01 00:00:02 | INFO | train | epoch 001 | loss 8.5 | ppl 362.04 | wps 100 | num_updates 200
@@ -272,14 +401,18 @@ SIMPLE = CONFIG % ("kn", "0.2") + """\
 2024-01-01 00:00:04 | INFO | valid | epoch 003 | valid on 'valid' subset | loss 7.2 | ppl 140.0 | wps 1
 2024-01-01 00:00:04 | INFO | train | epoch 003 | loss 7.0 | ppl 128.5 | wps 100 | num_updates 600
 """
+)
 
-JSON = CONFIG % ("none", "0.0") + """\
+JSON = (
+    CONFIG % ("none", "0.0")
+    + """\
 2024-01-01 00:00:01 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "9.1", "ppl": "549"}
 2024-01-01 00:00:02 | INFO | valid | {"epoch": 1, "valid_loss": "8.2", "valid_ppl": "300.1", "valid_wps": "1"}
 2024-01-01 00:00:02 | INFO | train | {"epoch": 1, "train_loss": "8.6", "train_ppl": "390.2", "train_wps": "1"}
 2024-01-01 00:00:03 | INFO | valid | {"epoch": 2, "valid_loss": "7.9", "valid_ppl": "240.5", "valid_wps": "1"}
 2024-01-01 00:00:03 | INFO | train | {"epoch": 2, "train_loss": "7.7", "train_ppl": "210.75", "train_wps": "1"}
 """
+)
 
 TQDM = """\
 epoch 001 | valid on 'valid' subset | loss 8 | ppl 260 | wps 1
@@ -300,28 +433,45 @@ def test_logs_are_parsed_exactly():
     assert tq.train_ppl == {1: 512.0} and tq.valid_ppl == {1: 260.0} and tq.noise_scheme is None
 
 
-def test_curves_console_script(tmp_path):
+def test_curves_reads_the_logs(tmp_path, capsys):
     (tmp_path / "kn.log").write_text(SIMPLE)
     (tmp_path / "none.log").write_text(JSON)
     png = tmp_path / "curves.png"
-    proc = run_cli(["fairseq-noise-analyze", "curves", tmp_path / "kn.log", f"plain={tmp_path / 'none.log'}",
-                    "--output", png, "--json", tmp_path / "c.json"], env=ENV)
+    run(
+        [
+            "curves",
+            tmp_path / "kn.log",
+            f"plain={tmp_path / 'none.log'}",
+            "--output",
+            png,
+            "--json",
+            tmp_path / "c.json",
+        ]
+    )
     png_ok(png)
     out = json.loads((tmp_path / "c.json").read_text())["runs"]
     assert out["plain"]["valid_ppl"] == {"1": 300.1, "2": 240.5}
     assert out["kn (kn 0.2)"]["train_ppl"] == {"1": 362.04, "2": 181.02, "3": 128.5}
-    assert "plain" in proc.stdout and "128.50" in proc.stdout
+    printed = capsys.readouterr().out
+    assert "plain" in printed and "128.50" in printed and f"wrote {png}" in printed
 
 
+@pytest.mark.slow
 def test_sweep_from_logs_and_a_checkpoint(tiny, tmp_path):
-    import fairseq_noising  # noqa: F401
     from fairseq import checkpoint_utils
 
+    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
+
     runs = []
-    for scheme, gamma, best in (("unigram", 0.1, 120.0), ("unigram", 0.4, 150.0), ("ad", 0.4, 110.0)):
+    for scheme, gamma, best in (
+        ("unigram", 0.1, 120.0),
+        ("unigram", 0.4, 150.0),
+        ("ad", 0.4, 110.0),
+    ):
         text = CONFIG % (scheme, gamma) + (
             f"x | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7 | ppl {best + 10} | wps 1\n"
-            f"x | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7 | ppl {best} | wps 1\n")
+            f"x | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7 | ppl {best} | wps 1\n"
+        )
         path = tmp_path / f"{scheme}{gamma}.log"
         path.write_text(text)
         runs.append(path)
@@ -332,11 +482,18 @@ def test_sweep_from_logs_and_a_checkpoint(tiny, tmp_path):
     png_ok(png)
     points = {(p["scheme"], p["gamma"]): p["best_valid_ppl"] for p in result["points"]}
     extra = checkpoint_utils.load_checkpoint_to_cpu(str(tiny["ckpt"]))["extra_state"]
-    assert points == {("ad", 0.4): 110.0, ("blank", 0.3): 260.0, ("unigram", 0.1): 120.0,
-                      ("unigram", 0.4): 150.0, ("unigram", 0.2): 2.0 ** extra["best"]}
+    assert points == {
+        ("ad", 0.4): 110.0,
+        ("blank", 0.3): 260.0,
+        ("unigram", 0.1): 120.0,
+        ("unigram", 0.4): 150.0,
+        ("unigram", 0.2): 2.0 ** extra["best"],
+    }
     # the run directory: its log (the real fairseq-train output) is read
     from_dir = run(["sweep", tiny["dir"]])["points"][0]
-    assert from_dir["source"] == "log" and from_dir["scheme"] == "unigram" and from_dir["gamma"] == 0.2
+    assert (
+        from_dir["source"] == "log" and from_dir["scheme"] == "unigram" and from_dir["gamma"] == 0.2
+    )
     np.testing.assert_allclose(from_dir["best_valid_ppl"], 2.0 ** extra["best"], rtol=2e-3)
 
 
@@ -368,7 +525,11 @@ def test_expected_pseudocounts_match_brute_force(name):
     target = rng.integers(1, 7, size=200)
     target[target == 2] = 4
     ordinary = np.array([False, False, False, True, True, True, True])
-    gamma = np.where(ordinary, [0, 0, 0, 0.1, 0.3, 0.2, 0.5], 0.0) if name == "kn" else np.where(ordinary, 0.25, 0.0)
+    gamma = (
+        np.where(ordinary, [0, 0, 0, 0.1, 0.3, 0.2, 0.5], 0.0)
+        if name == "kn"
+        else np.where(ordinary, 0.25, 0.0)
+    )
     if name == "blank":
         q = np.eye(v)[2]
     else:
@@ -384,12 +545,28 @@ def test_expected_pseudocounts_match_brute_force(name):
         np.testing.assert_allclose(exp.interpolation(cells, 0.25), brute.ravel(), atol=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["unigram", "kn"])
 def test_pseudocounts_cli_agrees_with_the_formula(tiny, tmp_path, scheme):
     png = tmp_path / "pc.png"
-    result = run(["pseudocounts", tiny["data"], "--noise-scheme", scheme, "--noise-gamma", "0.3",
-                  "--tokens-per-sample", BLOCK, "--draws", "10", "--min-expected", "30",
-                  "--output", png])
+    result = run(
+        [
+            "pseudocounts",
+            tiny["data"],
+            "--noise-scheme",
+            scheme,
+            "--noise-gamma",
+            "0.3",
+            "--tokens-per-sample",
+            BLOCK,
+            "--draws",
+            "10",
+            "--min-expected",
+            "30",
+            "--output",
+            png,
+        ]
+    )
     png_ok(png)
     assert result["noised_positions_total"] == 10 * result["positions"]
     assert result["cells_compared"] > 20
@@ -397,4 +574,72 @@ def test_pseudocounts_cli_agrees_with_the_formula(tiny, tmp_path, scheme):
     assert result["max_relative_deviation"] < 0.3
     if scheme == "unigram":
         assert result["interpolation_vs_exact_max_abs"] < 1e-9
-        assert result["interpolation_max_relative_deviation"] == pytest.approx(result["max_relative_deviation"])
+        assert result["interpolation_max_relative_deviation"] == pytest.approx(
+            result["max_relative_deviation"]
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# bad input: one line, ``fairseq-noising: error: <message>``, the prefix once
+
+
+def one_line(error) -> str:
+    text = str(error.value)
+    assert text.startswith("fairseq-noising: error: ") and "\n" not in text, text
+    assert text.count("error:") == 1, text  # no prefix inside the prefix
+    return text
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["kl"],
+            "the following arguments are required: CKPT (see fairseq-noise-analyze kl --help)",
+        ),
+        (["bogus"], "invalid choice: 'bogus'"),
+        (["unseen", "{tmp}/missing.pt", "--eval-mode", "sideways"], "invalid choice: 'sideways'"),
+        (["curves", "{tmp}/kn.log", "--bogus"], "unrecognized arguments: --bogus"),
+        (["curves", "{tmp}/missing.log"], "missing.log does not exist"),
+        (["curves", "{tmp}/empty.log"], "empty.log holds no end-of-epoch perplexity"),
+        (["curves", "{tmp}/run"], "run holds no *.log file"),
+        (["sweep", "{tmp}/run"], "run holds no *.log file nor checkpoint_best.pt"),
+        (["sweep", "{tmp}/bare.log"], "does not say its noising scheme; pass it as SCHEME:GAMMA="),
+        (["sweep", "{tmp}/empty.log"], "empty.log holds no \"valid on 'valid' subset\" line"),
+        (["mc-eval", "{tmp}/missing.pt", "--samples", "0"], "--samples must be at least 1, got 0"),
+    ],
+)
+def test_bad_input_is_one_line(argv, message, tmp_path):
+    (tmp_path / "kn.log").write_text(SIMPLE)
+    (tmp_path / "bare.log").write_text(TQDM)
+    (tmp_path / "empty.log").write_text("")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(NoisingError) as error:
+        run([a.format(tmp=tmp_path) for a in argv])
+    assert message in one_line(error)
+
+
+@pytest.mark.slow
+def test_checkpoint_without_its_data_is_one_line(tiny, tmp_path):
+    with pytest.raises(NoisingError) as error:
+        run(["kl", tiny["ckpt"], "--data", tmp_path / "nowhere", "--cpu"])
+    text = one_line(error)
+    assert "nowhere does not exist" in text and text.endswith(
+        "pass the binarized data directory with --data"
+    )
+
+
+@pytest.mark.slow
+def test_console_script_error_is_one_line_on_stderr(tmp_path):
+    proc = subprocess.run(
+        [cli("fairseq-noise-analyze"), "curves", str(tmp_path / "missing.log")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"fairseq-noising: error: {tmp_path / 'missing.log'} does not exist"
+    ]

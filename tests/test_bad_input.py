@@ -1,8 +1,10 @@
-"""Bad input: one clear line and no traceback from ``fairseq-train``; broken caches are rebuilt.
+"""Bad input: one clear line before any training; broken caches are rebuilt.
 
-The command-line cases run the real ``fairseq-train``; each must exit non-zero before training,
-with the last non-empty line of stderr naming the flag or file and what was expected, no
-``Traceback`` anywhere, and nothing written into the checkpoint directory.
+Each bad-input case is set up in process as ``fairseq-train`` sets it up (parse the command line,
+set up the task, load the validation and training splits) and must stop with a
+:class:`~fairseq_noising.errors.NoisingError` (fairseq's parser: ``SystemExit``) whose one line
+names the flag or file and what was expected. One real ``fairseq-train`` run proves the wiring:
+exit status 1, that line last on stderr, no traceback, nothing in the checkpoint directory.
 
 The cache cases call :func:`fairseq_noising.stats_cache.load_or_build_stats` in-process with the
 dictionary and dataset that the task itself loads.
@@ -19,12 +21,13 @@ import numpy as np
 import pytest
 from fairseq.data import Dictionary, data_utils, indexed_dataset
 
-from conftest import PLUGIN_DIR, run_cli
+from conftest import CLI_ENV, PLUGIN_DIR, build_task, run_cli
+from fairseq_noising.errors import NoisingError
 from fairseq_noising.ngram_stats import BigramStats
 from fairseq_noising.stats_cache import cache_path, load_or_build_stats
 from fairseq_noising.tasks.noising_config import add_blank
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+pytestmark = pytest.mark.slow  # binarized real data
 
 COMMON = [
     "--user-dir", PLUGIN_DIR, "--cpu", "--num-workers", "0", "--log-format", "simple",
@@ -142,22 +145,51 @@ CASES = [
 ]
 
 
+def set_up_as_fairseq_train(argv):
+    """What ``fairseq-train argv`` does before its first update: parse, set up the task, load
+    the validation and training splits."""
+    task, cfg = build_task(argv)
+    for split in cfg.dataset.valid_subset.split(","):
+        task.load_dataset(split, combine=False, epoch=1)
+    task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
+
+
+# fairseq's own parser refuses these (usage text, then one error line naming the flag)
+PARSER_CASES = {"lm-unknown-scheme", "lm-noise-side"}
+
+
 @pytest.mark.parametrize("make, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_fails_with_one_clear_line(make, expected, tmp_path, request):
+def test_bad_input_stops_with_one_clear_line(make, expected, tmp_path, request, capsys):
     data, args = make(tmp_path, request)
-    save_dir = tmp_path / "ckpt"
-    proc = run_cli(["fairseq-train", data, "--save-dir", save_dir] + args + COMMON,
-                   env=ENV, timeout=600, check=False)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    report = f"exit {proc.returncode}, last line {last!r}\n--- stderr ---\n{proc.stderr[-3000:]}"
-    assert proc.returncode != 0, report
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, report
+    argv = [data] + args + COMMON
+    if request.node.callspec.id in PARSER_CASES:
+        with pytest.raises(SystemExit) as info:
+            build_task(argv)
+        assert info.value.code == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        message = lines[-1]
+    else:
+        with pytest.raises(NoisingError) as info:
+            set_up_as_fairseq_train(argv)
+        message = str(info.value)
+        assert message == f"fairseq-noising: error: {info.value.message}"
+        assert "\n" not in message and "fairseq-noising: error:" not in info.value.message
     for part in expected:
-        assert part.replace("{data}", str(data)) in last, f"{part!r} not in the last line: {report}"
-    assert not save_dir.exists() or not any(save_dir.iterdir()), (
-        f"training started: {sorted(p.name for p in save_dir.iterdir())}\n{report}"
-    )
+        assert part.replace("{data}", str(data)) in message, f"{part!r} not in {message!r}"
+
+
+def test_fairseq_train_prints_the_line_and_trains_nothing(ptb_small_bin, tmp_path):
+    """The wiring: the console script exits 1 with the error as its last line, no traceback."""
+    save_dir = tmp_path / "ckpt"
+    proc = run_cli(["fairseq-train", ptb_small_bin, "--save-dir", save_dir, *LM,
+                    "--noise-scheme", "kn", "--noise-gamma", "1.5", *COMMON],
+                   env=CLI_ENV, timeout=600, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    report = f"exit {proc.returncode}\n--- stderr ---\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 1, report
+    assert lines[-1] == "fairseq-noising: error: --noise-gamma must lie in [0, 1], got 1.5", report
+    assert "Traceback" not in proc.stderr + proc.stdout, report
+    assert not save_dir.exists() or not any(save_dir.iterdir()), report
 
 
 # --- the statistics cache --------------------------------------------------------------------------

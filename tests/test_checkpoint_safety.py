@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import CLI_ENV, run_cli
 import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the allow-list in this process)
 from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
 
@@ -32,20 +33,12 @@ COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", 0, "--log-format", "
 
 
 # tiny models: one intra-op thread is faster than two fighting over a 2-core machine
-_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def _script(name):
-    return os.path.join(os.path.dirname(sys.executable), name)
 
 
 def _run(args, cwd):
-    """Runs a console script of this venv; on failure the assertion shows the end of its output."""
-    proc = subprocess.run([_script(args[0])] + [str(a) for a in args[1:]], cwd=cwd,
-                          capture_output=True, text=True, timeout=600, env=_ENV)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{args[0]} exited {proc.returncode}:\n{out[-6000:]}"
-    return out
+    """Runs a console script of this venv; returns its output (stdout and stderr)."""
+    proc = run_cli(args, cwd=cwd, env=CLI_ENV, timeout=600)
+    return proc.stdout + proc.stderr
 
 
 def _globals_stock_torch_refuses(path):
@@ -75,6 +68,7 @@ def lm_run(ptb_small_bin, tmp_path_factory):
     return {"data": ptb_small_bin, "save_dir": save_dir, "work": work}
 
 
+@pytest.mark.slow
 def test_lm_checkpoint_needs_the_allow_list(lm_run):
     """The checkpoint really contains non-tensor globals, so the safe loader has work to do."""
     needed = _globals_stock_torch_refuses(lm_run["save_dir"] / "checkpoint_1_2.pt")
@@ -84,6 +78,7 @@ def test_lm_checkpoint_needs_the_allow_list(lm_run):
         str(lm_run["save_dir"] / "checkpoint_1_2.pt"))
 
 
+@pytest.mark.slow
 def test_safe_torch_load_in_process(lm_run):
     """After ``import fairseq_noising``, plain ``torch.load`` (weights_only by default) works."""
     for name in ("checkpoint_1_2.pt", "checkpoint_best.pt"):
@@ -115,16 +110,18 @@ print("PLUGIN LOADED", state["optimizer_history"][-1]["num_updates"])
 """
 
 
+@pytest.mark.slow
 def test_plugin_is_what_makes_it_load(lm_run):
     """In a fresh interpreter stock fairseq cannot load the checkpoint; importing the plugin fixes it."""
     proc = subprocess.run([sys.executable, "-c", _FRESH_PROCESS,
                            str(lm_run["save_dir"] / "checkpoint_1_2.pt")],
-                          capture_output=True, text=True, timeout=300, env=_ENV)
+                          capture_output=True, text=True, timeout=300, env=CLI_ENV)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "STOCK FAILED" in proc.stdout
     assert "PLUGIN LOADED 2" in proc.stdout
 
 
+@pytest.mark.slow
 def test_eval_lm_loads_checkpoint(lm_run):
     out = _run(["fairseq-eval-lm", lm_run["data"], "--path",
                 lm_run["save_dir"] / "checkpoint_1_2.pt", "--task", "language_modeling",
@@ -136,6 +133,7 @@ def test_eval_lm_loads_checkpoint(lm_run):
     assert math.isfinite(ppl) and ppl > 1, ppl
 
 
+@pytest.mark.slow
 def test_resume_from_checkpoint_last(lm_run):
     save_dir = lm_run["save_dir"]
     out = _train_lm(lm_run["data"], save_dir, 8, lm_run["work"])
@@ -150,6 +148,7 @@ def test_resume_from_checkpoint_last(lm_run):
     assert (save_dir / "checkpoint_1_6.pt").is_file()
 
 
+@pytest.mark.slow
 def test_translation_checkpoint_with_bleu_meters_generates(multi30k_small_bin, tmp_path):
     """A stock lstm translation model trained with --eval-bleu: its meters hold numpy arrays."""
     save_dir = tmp_path / "checkpoints"

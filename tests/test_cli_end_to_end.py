@@ -15,13 +15,15 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import PLUGIN_DIR, run_cli
+from conftest import CLI_ENV, PLUGIN_DIR, run_cli
+from fairseq_noising.schemes import SCHEMES  # every registered scheme
 from fairseq_noising.stats_cache import cache_path
 
-SCHEMES = ["none", "blank", "uniform", "unigram", "ad", "kn", "mkn"]
+pytestmark = pytest.mark.slow  # fairseq-train, fairseq-eval-lm and fairseq-generate on real data
+
 
 # one thread per process: the machine has two shared cores
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
 
 COMMON = [
     "--user-dir", PLUGIN_DIR, "--cpu", "--num-workers", "0", "--log-format", "simple",
@@ -80,7 +82,7 @@ def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_
         ["fairseq-train", data, "--task", "noised_language_modeling", "--noise-scheme", scheme,
          "--noise-gamma", "0.2", "--tokens-per-sample", "35", "--save-dir", save_dir]
         + TRAIN + LM_MODEL,
-        env=ENV, timeout=600,
+        env=CLI_ENV, timeout=600,
     )
     check_trained(train, scheme, save_dir, data, LM_CACHES)
 
@@ -88,7 +90,7 @@ def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_
         ["fairseq-eval-lm", data, "--path", save_dir / "checkpoint_last.pt",
          "--task", "noised_language_modeling", "--gen-subset", "valid",
          "--tokens-per-sample", "35"] + COMMON,
-        env=ENV, timeout=600,
+        env=CLI_ENV, timeout=600,
     )
     out = evaluation.stdout + evaluation.stderr
     assert "Traceback" not in evaluation.stderr
@@ -107,7 +109,7 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
     train = run_cli(
         ["fairseq-train", data, "--task", "noised_translation", "--noise-scheme", scheme,
          "--noise-gamma", "0.2", "--save-dir", save_dir] + TRAIN + MT_MODEL,
-        env=ENV, timeout=600,
+        env=CLI_ENV, timeout=600,
     )
     check_trained(train, scheme, save_dir, data, MT_CACHES)
 
@@ -115,7 +117,7 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
         ["fairseq-generate", data, "--path", save_dir / "checkpoint_last.pt",
          "--task", "noised_translation", "--scoring", "sacrebleu", "--beam", "2",
          "--max-len-b", "20", "--gen-subset", "valid"] + COMMON,
-        env=ENV, timeout=600,
+        env=CLI_ENV, timeout=600,
     )
     out = gen.stdout + gen.stderr
     assert "Traceback" not in gen.stderr

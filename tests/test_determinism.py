@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, binarize_lm, build_task, lm_task_argv, run_cli
+from conftest import PLUGIN_DIR, build_task, lm_task_argv, run_cli
+
+pytestmark = pytest.mark.slow  # tasks over real data and fairseq-train runs
 
 
 def noised_rows(task, ids, epoch):
@@ -72,11 +74,6 @@ def test_translation_noise_does_not_depend_on_padding(multi30k_small_bin):
 # --- through fairseq-train ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_ptb(tmp_path_factory):
-    return binarize_lm(tmp_path_factory.mktemp("tiny_ptb"), 300, 60)
-
-
 def train(data, save_dir, *extra, scheme="kn"):
     run_cli(
         ["fairseq-train", data, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling",
@@ -97,7 +94,8 @@ def assert_same_model(a, b):
         assert torch.equal(a[name], b[name]), f"{name} differs"
 
 
-def test_workers_and_resume_train_the_same_model(tiny_ptb, tmp_path):
+def test_workers_and_resume_train_the_same_model(ptb_tiny_bin, tmp_path):
+    tiny_ptb = ptb_tiny_bin
     reference = train(tiny_ptb, tmp_path / "w0", "--num-workers", "0", "--max-epoch", "2")
     with_workers = train(tiny_ptb, tmp_path / "w2", "--num-workers", "2", "--max-epoch", "2")
     assert_same_model(reference, with_workers)

@@ -19,6 +19,8 @@ import pytest
 from conftest import PLUGIN_DIR, cli
 from fairseq_noising.stats_cache import cache_path
 
+pytestmark = pytest.mark.slow  # two fairseq-train processes
+
 SITECUSTOMIZE = """\
 import logging
 logging.getLogger("fairseq_noising").setLevel(logging.INFO)

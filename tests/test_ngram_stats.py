@@ -53,6 +53,7 @@ def ptb_stream(ptb_bin):
     return dictionary, dataset, tokens, sizes
 
 
+@pytest.mark.slow
 def test_stream_is_fairseqs_binarization_of_ptb(ptb_stream):
     dictionary, _, tokens, sizes = ptb_stream
     text = require_shared("ptb", "ptb.train.txt").read_text(encoding="utf-8").split("\n")
@@ -63,6 +64,7 @@ def test_stream_is_fairseqs_binarization_of_ptb(ptb_stream):
     np.testing.assert_array_equal(sizes, [len(line) + 1 for line in lines])
 
 
+@pytest.mark.slow
 def test_ptb_stream_stats_equal_brute_force(ptb_stream):
     dictionary, dataset, tokens, _ = ptb_stream
     stream = tokens.tolist()

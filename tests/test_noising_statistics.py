@@ -20,6 +20,8 @@ from fairseq_noising.schemes import SCHEMES
 from fairseq_noising.stats_cache import read_token_stream
 from oracle import by_id
 
+pytestmark = pytest.mark.slow  # statistics of the whole of PTB
+
 EXAMPLES = 6000  # x 35 positions = 210,000 positions (> 200k)
 GAMMA = 0.25
 

@@ -30,6 +30,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # builds a wheelhouse and a virtual environment
+
 SETUP = REPO / "recipes" / "setup.sh"
 PYVER = "%d.%d" % sys.version_info[:2]
 CLOSED_INDEX = "http://127.0.0.1:9/simple"  # the discard port: nothing answers

@@ -81,6 +81,7 @@ def test_hand_corpus_oracle_gives_the_hand_values(scheme):
         assert [oracle.proposal(scheme)[w] for w in WORDS] == pytest.approx(q, abs=1e-15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", NOISED)
 def test_hand_corpus_plugin_gives_the_hand_values(hand_bin, scheme):
     task, s = plugin_scheme(hand_bin, scheme, G0)
@@ -96,6 +97,7 @@ def test_hand_corpus_plugin_gives_the_hand_values(hand_bin, scheme):
         assert not np.delete(s.proposal, words).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", sorted(HAND_SPECIAL_EOS))
 def test_hand_corpus_special_eos(hand_bin, scheme):
     task, s = plugin_scheme(hand_bin, scheme, G0, "--special-eos")
@@ -109,6 +111,7 @@ def test_hand_corpus_special_eos(hand_bin, scheme):
 # ----------------------------------------------------------------------------------------- PTB
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", NOISED)
 def test_ptb_gamma_and_q_equal_the_oracle(ptb_bin, ptb_oracle, scheme):
     task, s = plugin_scheme(ptb_bin, scheme, 0.3)
@@ -127,6 +130,7 @@ def test_ptb_gamma_and_q_equal_the_oracle(ptb_bin, ptb_oracle, scheme):
         assert s.gamma[i] == 0 and (s.proposal is None or s.proposal[i] == 0)
 
 
+@pytest.mark.slow
 def test_ptb_special_eos_equals_the_oracle_with_eos_special(ptb_bin, ptb_oracle):
     task, s = plugin_scheme(ptb_bin, "kn", 0.3, "--special-eos")
     oracle = Oracle(ptb_oracle.bigrams, ptb_oracle.unigram, first_word="aer", special={EOS})
@@ -149,6 +153,7 @@ def uniforms_of(seed, epoch, ids, positions):
     return (hashes >> np.uint64(32)) * scale, (hashes & low) * scale, (second & low) * scale
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["blank", "unigram", "kn", "mkn"])
 def test_ptb_noise_is_the_authors_per_word_loop(ptb_bin, ptb_oracle, scheme):
     """Token for token, the training collater's noise equals the oracle's loop given the same

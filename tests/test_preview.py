@@ -1,9 +1,9 @@
-"""``fairseq-noise-preview`` on real data: its JSON Lines hold exactly the noise that training's
+"""``fairseq-noise-preview``: its JSON Lines hold exactly the noise that training's
 ``NoisedDataset.collater`` gives for the same seed and epoch, its summary matches the scheme's
 expected noising rate, and bad input ends with one line.
 
-Most runs are in-process (``preview.main``) to keep the suite fast; one goes through the
-installed console script.
+Fast tier: the counting, the marking and the option checks, in process. Slow tier (``slow``):
+real data, in process (``preview.main``), and one run of the installed console script.
 """
 
 import io
@@ -13,15 +13,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import PLUGIN_DIR, build_task, cli, head_lines, lm_task_argv, require_shared
-from fairseq_noising.cli import preview
-from fairseq_noising.errors import NoisingError
 from oracle import EOS, Oracle, read_ptb_words
 
+from fairseq_noising.cli import preview
+from fairseq_noising.cli.preview import collect, report
+from fairseq_noising.errors import NoisingError
+from fairseq_noising.noiser import NoisedTokens
+
 LM_KEYS = {"id", "input", "input_noised", "target", "target_noised"}
-MT_KEYS = {"id", "source", "source_noised", "prev_output", "prev_output_noised", "target",
-           "target_noised"}
+MT_KEYS = {
+    "id",
+    "source",
+    "source_noised",
+    "prev_output",
+    "prev_output_noised",
+    "target",
+    "target_noised",
+}
 SEED, EPOCH, GAMMA = 7, 3, 0.2
 
 
@@ -32,7 +41,9 @@ def fairseq_preprocess(*argv):
     from fairseq import options
     from fairseq_cli import preprocess
 
-    args = options.get_preprocessing_parser().parse_args([str(a) for a in argv] + ["--workers", "1"])
+    args = options.get_preprocessing_parser().parse_args(
+        [str(a) for a in argv] + ["--workers", "1"]
+    )
     log = logging.getLogger(preprocess.__name__)
     handlers = list(log.handlers)
     try:
@@ -51,8 +62,15 @@ def ptb(tmp_path_factory):
     raw = tmp_path_factory.mktemp("preview_ptb")
     head_lines(source / "ptb.train.txt", raw / "train.txt", 3000)
     head_lines(source / "ptb.valid.txt", raw / "valid.txt", 300)
-    return fairseq_preprocess("--only-source", "--trainpref", raw / "train.txt", "--validpref",
-                              raw / "valid.txt", "--destdir", raw / "bin")
+    return fairseq_preprocess(
+        "--only-source",
+        "--trainpref",
+        raw / "train.txt",
+        "--validpref",
+        raw / "valid.txt",
+        "--destdir",
+        raw / "bin",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +82,18 @@ def multi30k(tmp_path_factory):
     for split, name, n in (("train", "train", 2000), ("valid", "val", 200)):
         for lang in ("en", "de"):
             head_lines(source / f"{name}.{lang}", raw / f"{split}.{lang}", n)
-    return fairseq_preprocess("-s", "en", "-t", "de", "--trainpref", raw / "train", "--validpref",
-                              raw / "valid", "--destdir", raw / "bin")
+    return fairseq_preprocess(
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--trainpref",
+        raw / "train",
+        "--validpref",
+        raw / "valid",
+        "--destdir",
+        raw / "bin",
+    )
 
 
 def run_preview(argv, output=None):
@@ -83,17 +111,48 @@ def run_preview(argv, output=None):
 
 
 def lm_argv(data, *extra, epoch=EPOCH):
-    return [data, "--task", "noised_language_modeling", "--noise-scheme", "kn", "--noise-gamma",
-            GAMMA, "--seed", SEED, "--epoch", epoch, "--tokens-per-sample", 35, *extra]
+    return [
+        data,
+        "--task",
+        "noised_language_modeling",
+        "--noise-scheme",
+        "kn",
+        "--noise-gamma",
+        GAMMA,
+        "--seed",
+        SEED,
+        "--epoch",
+        epoch,
+        "--tokens-per-sample",
+        35,
+        *extra,
+    ]
 
 
 def mt_argv(data, *extra):
-    return [data, "--task", "noised_translation", "--noise-scheme", "kn", "--noise-gamma", 0.3,
-            "--seed", SEED, "--epoch", EPOCH, "-s", "en", "-t", "de", *extra]
+    return [
+        data,
+        "--task",
+        "noised_translation",
+        "--noise-scheme",
+        "kn",
+        "--noise-gamma",
+        0.3,
+        "--seed",
+        SEED,
+        "--epoch",
+        EPOCH,
+        "-s",
+        "en",
+        "-t",
+        "de",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
-def lm_run(ptb, tmp_path_factory):
+def lm_run(ptb, tmp_path_factory, script_run):
+    # script_run: the console script starts first, its start-up overlapping this run
     path = tmp_path_factory.mktemp("preview_lm") / "kn.jsonl"
     summary, text, records = run_preview(lm_argv(ptb), output=path)
     return summary, text, records, path
@@ -124,6 +183,7 @@ def sample_ids(n):
 # ------------------------------------------------------------------------- language modeling
 
 
+@pytest.mark.slow
 def test_lm_jsonl_has_one_object_per_example(lm_run, lm_task):
     _, _, records, _ = lm_run
     n = len(lm_task.dataset("train"))
@@ -131,12 +191,15 @@ def test_lm_jsonl_has_one_object_per_example(lm_run, lm_task):
     assert [r["id"] for r in records] == list(range(n))
     for r in records:
         assert set(r) == LM_KEYS
-        assert len(r["input"]) == len(r["input_noised"]) == len(r["target"]) == len(r["target_noised"])
+        assert (
+            len(r["input"]) == len(r["input_noised"]) == len(r["target"]) == len(r["target_noised"])
+        )
         assert len(r["input"]) > 0 and "<pad>" not in r["input"] + r["input_noised"]
     # the clean columns are the data itself: the target is the input shifted by one
     assert records[0]["input"][1:] == records[0]["target"][:-1]
 
 
+@pytest.mark.slow
 def test_lm_noise_is_what_training_collates(lm_run, lm_task):
     _, _, records, _ = lm_run
     wrapper = lm_task.dataset("train")
@@ -155,6 +218,7 @@ def test_lm_noise_is_what_training_collates(lm_run, lm_task):
     assert noised_anywhere >= len(ids) // 2
 
 
+@pytest.mark.slow
 def test_lm_changes_only_at_fired_positions_and_kn_targets_follow(lm_run, lm_task):
     _, _, records, _ = lm_run
     wrapper = lm_task.dataset("train")
@@ -179,6 +243,7 @@ def test_lm_changes_only_at_fired_positions_and_kn_targets_follow(lm_run, lm_tas
     assert both >= 0.9 * target_changes  # almost always the input visibly changed as well
 
 
+@pytest.mark.slow
 def test_lm_summary_matches_expected_gamma(lm_run, lm_task):
     summary, text, records, _ = lm_run
     oracle = Oracle.from_stream(read_ptb_words(Path(ptb_text_of(lm_task)) / "train.txt"))
@@ -205,6 +270,7 @@ def test_lm_summary_matches_expected_gamma(lm_run, lm_task):
     assert "→" in text and "id 0" in text and "id 2" in text and "id 3" not in text
 
 
+@pytest.mark.slow
 def test_lm_preview_noises_eos_contexts_at_the_oracles_rate(ptb, lm_run):
     """kn on PTB: </s> is an ordinary word, its contexts change at the rate that the oracle (the
     authors' procedure on the same raw lines) predicts, gamma(</s>) (1 - q(</s>)), and it is
@@ -215,13 +281,22 @@ def test_lm_preview_noises_eos_contexts_at_the_oracles_rate(ptb, lm_run):
     pairs = [(a, b) for r in records for a, b in zip(r["input"], r["input_noised"]) if a == "</s>"]
     changed = sum(a != b for a, b in pairs)
     sd = np.sqrt(len(pairs) * rate * (1 - rate))
-    assert len(pairs) > 2500 and abs(changed - len(pairs) * rate) < 4 * sd, (changed, len(pairs) * rate)
+    assert len(pairs) > 2500 and abs(changed - len(pairs) * rate) < 4 * sd, (
+        changed,
+        len(pairs) * rate,
+    )
     drawn = sum(b == "</s>" != a for r in records for a, b in zip(r["input"], r["input_noised"]))
-    replaced = sum(a == "</s>" != b for r in records for a, b in zip(r["target"], r["target_noised"]))
+    replaced = sum(
+        a == "</s>" != b for r in records for a, b in zip(r["target"], r["target_noised"])
+    )
     assert drawn > 0 and replaced > 0
-    assert "special, never noised, drawn or replaced: <s> <pad> <blank> (</s> is an ordinary word)" in text
+    assert (
+        "special, never noised, drawn or replaced: <s> <pad> <blank> (</s> is an ordinary word)"
+        in text
+    )
 
 
+@pytest.mark.slow
 def test_same_epoch_and_seed_identical_other_epoch_differs(ptb, lm_run, tmp_path):
     _, _, records, path = lm_run
     k = 300
@@ -243,16 +318,35 @@ def test_same_epoch_and_seed_identical_other_epoch_differs(ptb, lm_run, tmp_path
 def mt_runs(multi30k, tmp_path_factory):
     folder = tmp_path_factory.mktemp("preview_mt")
     both = run_preview(mt_argv(multi30k), output=folder / "both.jsonl")
-    source = run_preview(mt_argv(multi30k, "--noise-side", "source"),
-                         output=folder / "source.jsonl")
+    source = run_preview(
+        mt_argv(multi30k, "--noise-side", "source"), output=folder / "source.jsonl"
+    )
     return both, source
 
 
+@pytest.mark.slow
 def test_translation_jsonl_is_what_training_collates(mt_runs, multi30k):
     (summary, text, records), _ = mt_runs
     task, _ = build_task(
-        [multi30k, "--user-dir", PLUGIN_DIR, "--task", "noised_translation", "--arch",
-         "lstm", "--noise-scheme", "kn", "--noise-gamma", 0.3, "--seed", SEED, "-s", "en", "-t", "de"]
+        [
+            multi30k,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "noised_translation",
+            "--arch",
+            "lstm",
+            "--noise-scheme",
+            "kn",
+            "--noise-gamma",
+            0.3,
+            "--seed",
+            SEED,
+            "-s",
+            "en",
+            "-t",
+            "de",
+        ]
     )
     task.load_dataset("train")
     wrapper = task.dataset("train")
@@ -265,7 +359,8 @@ def test_translation_jsonl_is_what_training_collates(mt_runs, multi30k):
         r = records[i]
         assert r["source_noised"] == strings(task.src_dict, batch["net_input"]["src_tokens"][row])
         assert r["prev_output_noised"] == strings(
-            task.tgt_dict, batch["net_input"]["prev_output_tokens"][row])
+            task.tgt_dict, batch["net_input"]["prev_output_tokens"][row]
+        )
         assert r["target_noised"] == strings(task.tgt_dict, batch["target"][row])
         assert r["target"][-1] == "</s>" and r["prev_output"][0] == "</s>"
     assert set(summary) == {"source", "target"}
@@ -285,17 +380,22 @@ def test_translation_jsonl_is_what_training_collates(mt_runs, multi30k):
     assert "[source] context (source):" in text and "[target] targets (target):" in text
 
 
+@pytest.mark.slow
 def test_translation_preview_never_touches_eos(mt_runs):
     (_, text, records), _ = mt_runs
     for r in records:
-        for clean, noised in (("source", "source_noised"), ("prev_output", "prev_output_noised"),
-                              ("target", "target_noised")):
+        for clean, noised in (
+            ("source", "source_noised"),
+            ("prev_output", "prev_output_noised"),
+            ("target", "target_noised"),
+        ):
             for a, b in zip(r[clean], r[noised]):
                 assert (a == "</s>") == (b == "</s>"), (r["id"], clean, a, b)
     assert sum(r["target"] != r["target_noised"] for r in records) > 100  # noise was applied
     assert text.count("special, never noised, drawn or replaced: <s> <pad> </s> <blank>\n") == 2
 
 
+@pytest.mark.slow
 def test_translation_source_side_leaves_the_target_alone(mt_runs):
     (_, _, both), (summary, text, records) = mt_runs
     assert set(summary) == {"source"} and "[target] not noised (--noise-side source)" in text
@@ -313,53 +413,142 @@ def test_translation_source_side_leaves_the_target_alone(mt_runs):
 # ------------------------------------------------------------------------------- bad input
 
 
-@pytest.fixture(scope="module", autouse=True)
-def script_run(ptb, tmp_path_factory):
+@pytest.fixture(scope="module")
+def script_run(tmp_path_factory):
     """The installed console script asked to overwrite an existing file without --force.
 
-    Started when the module starts and collected by its test: starting Python and fairseq takes
-    most of its time, which then overlaps the in-process tests."""
-    existing = tmp_path_factory.mktemp("preview_script") / "taken.jsonl"
+    Started by ``lm_run`` and collected by its test: starting Python and fairseq takes most of
+    its time, which then overlaps the in-process runs. The mistake is caught before any data is
+    read, so an empty folder serves as DATA."""
+    folder = tmp_path_factory.mktemp("preview_script")
+    existing = folder / "taken.jsonl"
     existing.write_text("precious\n", encoding="utf-8")
     before = existing.stat()
-    argv = [cli("fairseq-noise-preview")] + [str(a) for a in lm_argv(ptb)] + ["--output", str(existing)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [cli("fairseq-noise-preview")] + [str(a) for a in lm_argv(folder)]
+    proc = subprocess.Popen(
+        argv + ["--output", str(existing)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     yield proc, existing, before
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
 
 
-def test_existing_output_is_not_overwritten_without_force(ptb, script_run):
+@pytest.mark.slow
+def test_console_script_error_is_one_line_on_stderr(script_run):
     proc, existing, before = script_run
     stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode != 0, stdout
+    assert proc.returncode == 1, stdout
     assert "Traceback" not in stderr
+    # fairseq's own import may log a line or two; ours is the one error, the last line
     errors = [line for line in stderr.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and str(existing) in errors[0] and "--force" in errors[0]
+    assert errors == [stderr.splitlines()[-1]], stderr
+    assert errors[0] == (
+        f"fairseq-noising: error: output file {existing} already exists; pass "
+        "--force to overwrite it"
+    )
     assert existing.read_text(encoding="utf-8") == "precious\n"
     assert existing.stat().st_mtime_ns == before.st_mtime_ns
-    # with --force it is replaced by the preview
+
+
+@pytest.mark.slow
+def test_force_replaces_an_existing_output(ptb, tmp_path):
+    existing = tmp_path / "taken.jsonl"
+    existing.write_text("precious\n", encoding="utf-8")
     _, _, records = run_preview(lm_argv(ptb, "--max-examples", 5, "--force"), output=existing)
     assert [r["id"] for r in records] == [0, 1, 2, 3, 4]
+
+
+def one_line(error) -> str:
+    text = str(error.value)
+    assert text.startswith("fairseq-noising: error: ") and "\n" not in text, text
+    assert text.count("error:") == 1, text  # no prefix inside the prefix
+    return text
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["{tmp}/missing", "--noise-scheme", "kn", "--noise-gamma", 0.2], "does not exist"),
-        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 1.5], "--noise-gamma"),
-        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 0.2, "--split", "nosuch"], "nosuch"),
-        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 0.2, "--epoch", 0], "--epoch"),
-        (["{ptb}", "--task", "translation"], "cannot be previewed"),
-        (["{ptb}", "--noise-scheme", "kn", "--output", "{tmp}/no/dir/x.jsonl"], "does not exist"),
-        (["{ptb}", "--noise-scheme", "bogus"], "invalid choice"),
+        (["{tmp}/missing", "--noise-scheme", "kn", "--noise-gamma", 0.2], "missing does not exist"),
+        (["{tmp}", "--noise-scheme", "kn", "--noise-gamma", 0.2, "--epoch", 0], "--epoch must be"),
+        (["{tmp}", "--noise-scheme", "kn", "--max-examples", 0], "--max-examples must be"),
+        (["{tmp}", "--noise-scheme", "kn", "--show-examples", -1], "--show-examples must not"),
+        (["{tmp}", "--noise-scheme", "kn", "--top", -1], "--top must not be negative"),
+        (["{tmp}", "--task", "translation"], "--task translation cannot be previewed"),
+        (["{tmp}", "--task", "noised_translation"], "cannot infer the language pair"),
+        (["{tmp}", "--noise-scheme", "bogus"], "invalid choice: 'bogus'"),
+        (["{tmp}", "--noise-scheme", "kn", "--output", "{tmp}"], "is a directory, not a file"),
+        (["{tmp}", "--noise-scheme", "kn", "--output", "{tmp}/no/x.jsonl"], "no does not exist"),
+        (["{tmp}", "--noise-scheme", "kn", "--output", "{tmp}/taken"], "pass --force to overwrite"),
     ],
 )
-def test_bad_input_is_one_line(argv, message, ptb, tmp_path):
-    argv = [str(a).format(ptb=ptb, tmp=tmp_path) for a in argv]
+def test_bad_options_are_one_line(argv, message, tmp_path):
+    (tmp_path / "taken").write_text("precious\n")
     with pytest.raises(NoisingError) as error:
-        preview.main(argv, stdout=io.StringIO())
-    text = str(error.value)
-    assert text.startswith("fairseq-noising: error: ") and "\n" not in text and message in text
-    assert error.value.code != 0
+        preview.parse_args([str(a).format(tmp=tmp_path) for a in argv])
+    assert message in one_line(error)
+    assert (tmp_path / "taken").read_text() == "precious\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 1.5], "--noise-gamma"),
+        (["{ptb}", "--noise-scheme", "kn", "--noise-gamma", 0.2, "--split", "nosuch"], "nosuch"),
+    ],
+)
+def test_bad_data_is_one_line(argv, message, ptb):
+    with pytest.raises(NoisingError) as error:
+        preview.main([str(a).format(ptb=ptb) for a in argv], stdout=io.StringIO())
+    assert message in one_line(error)
+
+
+# ------------------------------------------------------------------------------- units
+
+
+def test_side_stats_count_real_positions_only():
+    pad = 1
+    gamma = np.array([0.0, 0.0, 0.0, 0.1, 0.2, 0.3, 0.4])
+    clean = np.array([[3, 4, 5, 6], [6, 5, 9, pad]])  # 9: outside the statistics' vocabulary
+    clean_target = np.array([[4, 5, 6, 2], [5, 9, 2, pad]])
+    details = NoisedTokens(
+        context=np.array([[3, 6, 5, 2], [4, 5, 3, 0]]),
+        target=np.array([[4, 3, 6, 2], [6, 9, 4, 0]]),
+        fired=np.array([[0, 1, 0, 1], [1, 1, 1, 1]], dtype=bool),  # fired at padding: ignored
+        target_replaced=np.array([[0, 1, 0, 0], [1, 0, 1, 1]], dtype=bool),
+    )
+    stats = collect.SideStats("lm", "input", "target", gamma, noise_target=True)
+    stats.add(pad, clean, details, clean_target)
+    stats.add(pad, clean, details, clean_target)  # counts add up over batches
+    # position by position
+    real = [(r, c) for r in range(2) for c in range(4) if clean[r, c] != pad]
+    fired = [(r, c) for r, c in real if details.fired[r, c]]
+    replaced = [(r, c) for r, c in real if details.target_replaced[r, c]]
+    expected = sum(gamma[clean[r, c]] if clean[r, c] < len(gamma) else 0.0 for r, c in real)
+    context_counts = np.zeros(7, dtype=int)
+    for r, c in fired:
+        context_counts[details.context[r, c]] += 2
+    target_counts = np.zeros(7, dtype=int)
+    for r, c in replaced:
+        target_counts[details.target[r, c]] += 2
+    s = stats.summary()
+    assert s["positions"] == 2 * len(real) == 14
+    assert s["noised"] == 2 * len(fired) == 10
+    assert s["changed_fraction"] == pytest.approx(8 / 14)  # 4 -> 6, 6 -> 2, 6 -> 4, 9 -> 3
+    assert s["expected_fraction"] == pytest.approx(2 * expected / 14)
+    assert (s["targets"], s["targets_replaced"]) == (14, 2 * len(replaced))
+    np.testing.assert_array_equal(stats.context_counts, context_counts)
+    np.testing.assert_array_equal(stats.target_counts, target_counts)
+
+
+def test_marked_shows_changes_and_cuts_long_lines():
+    assert report._marked(["a", "b", "c"], ["a", "x", "c"]) == "a [b→x] c"
+    n = report.MAX_SHOWN_TOKENS
+    clean = [str(i) for i in range(n + 1)]
+    assert report._marked(clean[:n], clean[:n]) == " ".join(clean[:n])  # all of it: no cut
+    noised = clean[:-2] + ["x", "y"]  # changes past the cut are not shown
+    assert report._marked(clean, noised) == " ".join(clean[: n - 1]) + f" [{n - 1}→x] … (+1 tokens)"

@@ -203,6 +203,7 @@ def same_value(a, b):
 
 @pytest.mark.parametrize("task,recipe", [("noised_language_modeling", "ptb.sh"),
                                          ("noised_translation", "multi30k.sh")])
+@pytest.mark.slow
 def test_readme_training_commands_match_the_recipes(task, recipe, tmp_path):
     """Every flag of the README's training command has the value the recipe passes (apart from
     where things go: data, plugin and save folders)."""
@@ -219,6 +220,7 @@ def test_readme_training_commands_match_the_recipes(task, recipe, tmp_path):
         assert same_value(run[flag], value), f"{flag}: README {value}, recipes/{recipe} {run[flag]}"
 
 
+@pytest.mark.slow
 def test_readme_commands_run(tmp_path):
     start = time.perf_counter()
     timings = run_readme(README.read_text(encoding="utf-8"), tmp_path)
@@ -229,6 +231,7 @@ def test_readme_commands_run(tmp_path):
           ", ".join(f"{c} {s:.1f} s" for c, s in timings))
 
 
+@pytest.mark.slow
 def test_a_broken_readme_command_fails(tmp_path):
     """A flag renamed in the README's LM training command (a README out of date with the code)
     makes run_readme fail and name the command."""

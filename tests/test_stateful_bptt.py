@@ -52,6 +52,7 @@ class BackwardOnly:
         loss.backward()
 
 
+@pytest.mark.slow
 def test_task_carries_detached_state_and_resets_it_each_epoch(ptb_small_bin):
     task, cfg = build_task(stateful_argv(ptb_small_bin))
     task.load_dataset("train")
@@ -83,6 +84,7 @@ def test_task_carries_detached_state_and_resets_it_each_epoch(ptb_small_bin):
     hook.remove()
 
 
+@pytest.mark.slow
 def test_carried_state_equals_one_long_forward(ptb_small_bin):
     task, cfg = build_task(stateful_argv(ptb_small_bin, "--noise-scheme", "none"))
     task.load_dataset("valid")
@@ -97,6 +99,7 @@ def test_carried_state_equals_one_long_forward(ptb_small_bin):
     torch.testing.assert_close(torch.cat([out1, out2], 1), whole, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_stateful_rows_follow_the_rank(ptb_small_bin, monkeypatch):
     from fairseq.distributed import utils as distributed_utils
 
@@ -119,6 +122,7 @@ def perplexity(output):
     return float(found[-1])
 
 
+@pytest.mark.slow
 def test_stateful_evaluation_beats_block_by_block_on_one_checkpoint(ptb_small_bin, tmp_path):
     save = tmp_path / "ckpt"
     run_cli(

@@ -25,28 +25,18 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, build_task, head_lines, require_shared, run_cli
+from conftest import PLUGIN_DIR, PTB_TINY_LINES, build_task, run_cli
 from fairseq import checkpoint_utils, options
 from fairseq.data import Dictionary, data_utils
 from fairseq_noising.data.stateful_bptt_dataset import StatefulBPTTDataset
 
-LINES = {"train": 300, "valid": 20, "test": 7}
+LINES = PTB_TINY_LINES
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """{"raw": folder of the text splits, "bin": fairseq-preprocess output} (in-process)."""
-    from fairseq_cli import preprocess
-
-    ptb = require_shared("ptb")
-    root = tmp_path_factory.mktemp("stateful_eval")
-    for split, n in LINES.items():
-        head_lines(ptb / f"ptb.{split}.txt", root / f"{split}.txt", n)
-    preprocess.main(options.get_preprocessing_parser().parse_args(
-        ["--only-source", "--trainpref", str(root / "train.txt"), "--validpref",
-         str(root / "valid.txt"), "--testpref", str(root / "test.txt"),
-         "--destdir", str(root / "bin"), "--workers", "1"]))
-    return {"raw": root, "bin": root / "bin"}
+def tiny(ptb_tiny_bin):
+    """{"raw": folder of the text splits, "bin": fairseq-preprocess output}."""
+    return {"raw": ptb_tiny_bin.parent / "raw", "bin": ptb_tiny_bin}
 
 
 def stream_of(tiny, split):
@@ -113,6 +103,7 @@ def test_evaluation_dataset_targets_every_token_but_the_first_exactly_once(rows)
         assert all(row[row.eq(pad).cumsum(0).gt(0)].eq(pad).all() for row in grid)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [1, 3, 7])
 def test_validation_scores_every_token_but_the_first_exactly_once(tiny, checkpoint, rows):
     trainer, task, _ = build_trainer(tiny, checkpoint, "--batch-size-valid", rows)
@@ -144,6 +135,7 @@ def eval_lm(tiny, checkpoint, rows, subset="valid"):
                     "--num-workers", 0, "--output-word-probs"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [1, 3])
 def test_eval_lm_scores_every_token_but_the_first_exactly_once(tiny, checkpoint, rows):
     proc = eval_lm(tiny, checkpoint, rows)
@@ -164,6 +156,7 @@ def test_eval_lm_scores_every_token_but_the_first_exactly_once(tiny, checkpoint,
 
 
 # ------------------------------------------------------------------------- reset per subset
+@pytest.mark.slow
 def test_each_valid_subset_starts_from_a_zero_state(tiny, checkpoint, monkeypatch):
     """fairseq_cli.train.validate calls task.begin_valid_epoch once, then validates each of
     --valid-subset valid,test in turn: the test loss must be the one test gives alone."""
@@ -223,6 +216,7 @@ def validate_cli(tiny, checkpoint, subsets):
     return stats
 
 
+@pytest.mark.slow
 def test_fairseq_validate_scores_every_token_once_and_resets_the_state_per_subset(tiny, checkpoint):
     both = validate_cli(tiny, checkpoint, "valid,test")
     alone = validate_cli(tiny, checkpoint, "test")

@@ -50,8 +50,11 @@ import pytest
 
 from conftest import PLUGIN_DIR, build_task, run_cli
 from fairseq_noising.noiser import _GOLDEN, _mix, position_hashes
+from fairseq_noising.schemes import REGISTRY
 from fairseq_noising.tasks.noised_translation import SOURCE_SIDE, TARGET_SIDE
 from oracle import Oracle, by_id
+
+pytestmark = pytest.mark.slow  # tasks over binarized Multi30k and hand corpora
 
 SOURCE = ["x a b", "x b a", "x c <unk>", "a b", "a b", "c <unk>"]
 TARGET = ["x x x y", "y x x x y", "<unk> x y", "y <unk>", "y <unk>", "z"]
@@ -71,7 +74,7 @@ HAND = {
         "mkn": {"x": (F(15, 49), F(3, 5)), "<unk>": (F(4, 21), F(1, 5))},
     },
 }
-SCHEMES = ["blank", "uniform", "unigram", "ad", "kn", "mkn"]
+SCHEMES = [name for name in REGISTRY if name != "none"]
 SPECIAL = ("<pad>", "</s>", "<s>", "<blank>")
 SEED, EPOCH = 5, 3
 

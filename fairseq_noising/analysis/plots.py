@@ -19,32 +19,32 @@ def _save(fig, path: str) -> str:
     return path
 
 
-def kl_bars(labels: Sequence[str], uniform: Sequence[float], unigram: Sequence[float], path: str) -> str:
-    """Figure 3: mean KL to the uniform and unigram distributions, one bar pair per model."""
+def _bar_pairs(labels, first, second, names, ylabel, path, log=False) -> str:
+    """Two bars per model (``names`` labels the pair), one figure."""
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) + 2), 3.5))
     xs = range(len(labels))
     width = 0.38
-    ax.bar([x - width / 2 for x in xs], uniform, width, label="uniform")
-    ax.bar([x + width / 2 for x in xs], unigram, width, label="unigram")
+    ax.bar([x - width / 2 for x in xs], first, width, label=names[0])
+    ax.bar([x + width / 2 for x in xs], second, width, label=names[1])
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=20, ha="right")
-    ax.set_ylabel("mean KL divergence (nats)")
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
     ax.legend()
     return _save(fig, path)
+
+
+def kl_bars(labels: Sequence[str], uniform: Sequence[float], unigram: Sequence[float], path: str) -> str:
+    """Figure 3: mean KL to the uniform and unigram distributions, one bar pair per model."""
+    return _bar_pairs(labels, uniform, unigram, ("uniform", "unigram"),
+                      "mean KL divergence (nats)", path)
 
 
 def unseen_bars(labels, bigram_ppl, trigram_ppl, path: str) -> str:
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) + 2), 3.5))
-    xs = range(len(labels))
-    width = 0.38
-    ax.bar([x - width / 2 for x in xs], bigram_ppl, width, label="unseen bigrams")
-    ax.bar([x + width / 2 for x in xs], trigram_ppl, width, label="unseen trigrams")
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels(labels, rotation=20, ha="right")
-    ax.set_ylabel("perplexity of the last token")
-    ax.set_yscale("log")
-    ax.legend()
-    return _save(fig, path)
+    """Table 6 as a figure: perplexity of the last token of unseen bigrams and trigrams."""
+    return _bar_pairs(labels, bigram_ppl, trigram_ppl, ("unseen bigrams", "unseen trigrams"),
+                      "perplexity of the last token", path, log=True)
 
 
 def sweep_lines(series: Dict[str, List[Tuple[float, float]]], path: str) -> str:

@@ -19,21 +19,13 @@ from ..fairseq_compat import ordered_batch_iterator, takes_initial_state
 from ..noiser import Noiser
 from ..stats_cache import read_token_stream
 from .state_carrier import InjectingIterator, StateCarrier
-from .noising_config import (
-    NoisingConfig,
-    add_blank,
-    build_noiser,
-    check_data_dir,
-    check_file,
-    check_gamma,
-    load_split,
-)
+from . import noising_config as noising
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class NoisedLanguageModelingConfig(LanguageModelingConfig, NoisingConfig):
+class NoisedLanguageModelingConfig(LanguageModelingConfig, noising.NoisingConfig):
     stateful_bptt: bool = field(
         default=False,
         metadata={
@@ -79,18 +71,18 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     @classmethod
     def setup_dictionary(cls, args, **kwargs):
         if args.data:
-            data_dir = check_data_dir(args.data)
-            check_file(os.path.join(data_dir, "dict.txt"), "dictionary")
+            data_dir = noising.check_data_dir(args.data)
+            noising.check_file(os.path.join(data_dir, "dict.txt"), "dictionary")
         dictionary, output_dictionary = super().setup_dictionary(args, **kwargs)
         if dictionary is not None:
-            add_blank(dictionary)
+            noising.add_blank(dictionary)
             if output_dictionary is not dictionary and hasattr(output_dictionary, "add_symbol"):
-                add_blank(output_dictionary)
+                noising.add_blank(output_dictionary)
         return dictionary, output_dictionary
 
     @classmethod
     def setup_task(cls, args, **kwargs):
-        check_gamma(args.noise_gamma, "--noise-gamma")
+        noising.check_gamma(args.noise_gamma, "--noise-gamma")
         return super().setup_task(args, **kwargs)
 
     def _split_prefix(self, split, epoch):
@@ -102,7 +94,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         raw = None
         if is_train:
             prefix = self._split_prefix(split, epoch)
-            raw = load_split(prefix, self.dictionary, self.args.dataset_impl, "training split")
+            raw = noising.load_split(prefix, self.dictionary, self.args.dataset_impl, "training split")
         elif not indexed_dataset.dataset_exists(self._split_prefix(split, 1), impl=self.args.dataset_impl):
             raise NoisingError(
                 f"{split} split {self._split_prefix(split, 1)}.bin/.idx is missing "
@@ -111,12 +103,12 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         if self.carrier is not None:
             if raw is None:
                 prefix = self._split_prefix(split, 1)
-                raw = load_split(prefix, self.dictionary, self.args.dataset_impl, f"{split} split")
+                raw = noising.load_split(prefix, self.dictionary, self.args.dataset_impl, f"{split} split")
             self.datasets[split] = self._stateful_dataset(raw, is_train)
         else:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         if is_train and self.args.noise_scheme != "none":
-            noiser = build_noiser(
+            noiser = noising.build_noiser(
                 self.args.noise_scheme,
                 self.args.noise_gamma,
                 prefix,

@@ -13,15 +13,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
-from .noising_config import (
-    NoisingConfig,
-    add_blank,
-    build_noiser,
-    check_data_dir,
-    check_file,
-    check_gamma,
-    load_split,
-)
+from . import noising_config as noising
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +24,7 @@ TARGET_SIDE, SOURCE_SIDE = 0, 1
 
 
 @dataclass
-class NoisedTranslationConfig(TranslationConfig, NoisingConfig):
+class NoisedTranslationConfig(TranslationConfig, noising.NoisingConfig):
     noise_side: NOISE_SIDE_CHOICES = field(
         default="both",
         metadata={"help": "which side to noise: both, source (encoder input) or target (decoder)"},
@@ -58,8 +50,8 @@ class NoisedTranslationTask(TranslationTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         for flag in ("noise_gamma", "noise_gamma_source", "noise_gamma_target"):
-            check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
-        data_dir = check_data_dir(cfg.data)
+            noising.check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
+        data_dir = noising.check_data_dir(cfg.data)
         if cfg.source_lang is None or cfg.target_lang is None:
             cfg.source_lang, cfg.target_lang = data_utils.infer_language_pair(data_dir)
             if cfg.source_lang is None or cfg.target_lang is None:
@@ -67,10 +59,10 @@ class NoisedTranslationTask(TranslationTask):
                     f"cannot tell the language pair of {data_dir}: pass --source-lang and --target-lang"
                 )
         for lang in (cfg.source_lang, cfg.target_lang):
-            check_file(os.path.join(data_dir, f"dict.{lang}.txt"), f"{lang} dictionary")
+            noising.check_file(os.path.join(data_dir, f"dict.{lang}.txt"), f"{lang} dictionary")
         task = super().setup_task(cfg, **kwargs)
-        add_blank(task.src_dict)
-        add_blank(task.tgt_dict)
+        noising.add_blank(task.src_dict)
+        noising.add_blank(task.tgt_dict)
         return task
 
     def _side_gamma(self, side):
@@ -95,9 +87,9 @@ class NoisedTranslationTask(TranslationTask):
                      "target": (self.cfg.target_lang, self.tgt_dict, TARGET_SIDE)}
             for side, (lang, dictionary, number) in sides.items():
                 prefix = self._prefix(data_path, split, lang)
-                raw = load_split(prefix, dictionary, self.cfg.dataset_impl, f"training {side} split")
+                raw = noising.load_split(prefix, dictionary, self.cfg.dataset_impl, f"training {side} split")
                 if self.cfg.noise_scheme != "none" and self.cfg.noise_side in ("both", side):
-                    noisers[side] = build_noiser(
+                    noisers[side] = noising.build_noiser(
                         self.cfg.noise_scheme,
                         self._side_gamma(side),
                         prefix,

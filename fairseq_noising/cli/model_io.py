@@ -1,44 +1,31 @@
-"""fairseq glue for ``fairseq-noise-analyze``: loading a checkpoint, streaming a split.
+"""A checkpoint of this plugin and its split, batch by batch, for ``fairseq-noise-analyze``.
 
-Evaluation modes (``--eval-mode``):
-
-- ``stateless``: fairseq's language-modeling blocks (``--tokens-per-sample``, the checkpoint's
-  ``--sample-break-mode``), each read from a zero state, exactly as ``fairseq-eval-lm`` does;
-- ``stateful``: the checkpoint's task rebuilt with ``--stateful-bptt``: the split is read in
-  ``--batch-size`` contiguous rows (default: the checkpoint's ``--batch-size-valid``), block by
-  block, and the LSTM state is carried from one block to the next, so every token but a row's
-  first keeps its whole left context (the model must take ``initial_state``);
-- ``auto`` (default): ``stateful`` when the checkpoint was trained with ``--stateful-bptt``.
-
-Every target position is mapped back to its index in the split's token stream (and checked
-against it), so per-position analyses (unseen n-grams) do not depend on the batching.
+Every target is mapped to its index in the split's token stream; ``--eval-mode`` and the
+stateful evaluation are described in docs/analysis.md.
 """
 
-import logging
 import os
 import sys
 from argparse import Namespace
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Tuple
 
 import numpy as np
 import torch
-
-import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
 from fairseq import checkpoint_utils, utils
 from fairseq.data import MonolingualDataset, TokenBlockDataset
 from fairseq.logging import progress_bar
 
+import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
+
 from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
-from ..stats_cache import load_or_build_stats, read_token_stream
 from ..fairseq_compat import final_state, takes_initial_state
+from ..stats_cache import load_or_build_stats, read_token_stream
 from ..tasks.noising_config import build_noiser, check_data_dir, load_split
 
-logger = logging.getLogger("fairseq_noising.analyze")
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_noising.__file__))
-EVAL_MODES = ("auto", "stateless", "stateful")
 
 
 def pick_device(cpu: bool = False) -> torch.device:
@@ -60,8 +47,17 @@ class Batch:
 class LoadedModel:
     """A checkpoint of this plugin, its task, and how to stream a split through it."""
 
-    def __init__(self, path, data=None, eval_mode="auto", batch_size=None, max_tokens=None,
-                 device=None, seed=1, log_format=None):
+    def __init__(
+        self,
+        path,
+        data=None,
+        eval_mode="auto",
+        batch_size=None,
+        max_tokens=None,
+        device=None,
+        seed=1,
+        log_format=None,
+    ):
         if not os.path.isfile(path):
             raise NoisingError(f"checkpoint {path} does not exist")
         utils.import_user_module(Namespace(user_dir=PLUGIN_DIR))
@@ -84,14 +80,16 @@ class LoadedModel:
         try:
             self.data_dir = check_data_dir(cfg.task.data)
         except NoisingError as e:
-            raise NoisingError(f"{e}; pass the binarized data directory with --data")
+            raise NoisingError(f"{e.message}; pass the binarized data directory with --data")
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)
         self.path, self.cfg, self.task = path, cfg, task
         self.device = device or pick_device()
         self.model = models[0].to(self.device).eval()
         self.stateful = bool(getattr(cfg.task, "stateful_bptt", False))
         if self.stateful and not takes_initial_state(self.model):
-            raise NoisingError(f"{path}: stateful evaluation needs a decoder that takes initial_state")
+            raise NoisingError(
+                f"{path}: stateful evaluation needs a decoder that takes initial_state"
+            )
         self.batch_size = batch_size or cfg.dataset.batch_size_valid or cfg.dataset.batch_size or 16
         self.max_tokens = max_tokens
         self.seed = seed
@@ -106,11 +104,17 @@ class LoadedModel:
 
     @property
     def train_prefix(self) -> str:
-        return os.path.join(self.data_dir, getattr(self.cfg.dataset, "train_subset", "train") or "train")
+        return os.path.join(
+            self.data_dir, getattr(self.cfg.dataset, "train_subset", "train") or "train"
+        )
 
     def raw_split(self, split: str):
-        return load_split(os.path.join(self.data_dir, split), self.task.source_dictionary,
-                          self.cfg.task.dataset_impl, f"{split} split")
+        return load_split(
+            os.path.join(self.data_dir, split),
+            self.task.source_dictionary,
+            self.cfg.task.dataset_impl,
+            f"{split} split",
+        )
 
     def stream(self, split: str) -> np.ndarray:
         return read_token_stream(self.raw_split(split))[0]
@@ -125,8 +129,12 @@ class LoadedModel:
         return build_noiser(
             scheme if scheme is not None else self.scheme,
             float(gamma if gamma is not None else self.gamma),
-            self.train_prefix, raw, self.task.source_dictionary, "stream",
-            seed=self.seed if seed is None else seed, side=0,
+            self.train_prefix,
+            raw,
+            self.task.source_dictionary,
+            "stream",
+            seed=self.seed if seed is None else seed,
+            side=0,
         )
 
     def _dataset(self, split):
@@ -143,10 +151,14 @@ class LoadedModel:
         if isinstance(dataset, StatefulBPTTDataset):
             block, row = ids // dataset.num_rows, ids % dataset.num_rows
             start = row * dataset.row_length + block * dataset.block_size + 1
-        elif isinstance(dataset, MonolingualDataset) and isinstance(dataset.dataset, TokenBlockDataset):
+        elif isinstance(dataset, MonolingualDataset) and isinstance(
+            dataset.dataset, TokenBlockDataset
+        ):
             start = np.asarray(dataset.dataset.slice_indices)[ids, 0]
         else:
-            raise NoisingError(f"cannot map the targets of a {type(dataset).__name__} to the stream")
+            raise NoisingError(
+                f"cannot map the targets of a {type(dataset).__name__} to the stream"
+            )
         positions = start[:, None] + cols[None, :]
         return np.where(target != self.pad, positions, -1)
 
@@ -171,8 +183,11 @@ class LoadedModel:
         itr = itr.next_epoch_itr(shuffle=False)
         default = "tqdm" if sys.stderr.isatty() else "simple"
         bar = progress_bar.progress_bar(
-            itr, log_format=self.log_format, log_interval=max(1, len(itr) // 10),
-            prefix=desc or split, default_log_format=default,
+            itr,
+            log_format=self.log_format,
+            log_interval=max(1, len(itr) // 10),
+            prefix=desc or split,
+            default_log_format=default,
         )
         done = 0
         for sample in bar:
@@ -188,7 +203,9 @@ class LoadedModel:
                     f"the targets of {split} do not line up with its token stream (options such "
                     "as --add-bos-token or --shorten-method are not supported by this analysis)"
                 )
-            sample = utils.move_to_cuda(sample, self.device) if self.device.type == "cuda" else sample
+            sample = (
+                utils.move_to_cuda(sample, self.device) if self.device.type == "cuda" else sample
+            )
             sample["target"] = sample["target"].contiguous()
             yield Batch(sample, positions, torch.from_numpy(real).to(self.device))
 
@@ -206,6 +223,14 @@ class LoadedModel:
         if self.stateful:
             final = final_state(net_output)
         return lprobs, final
+
+    def scored_batches(self, split: str, desc: str = "") -> Iterator[Tuple[Batch, torch.Tensor]]:
+        """The split's batches with their log-probabilities, the state carried when stateful."""
+        state = None
+        for batch in self.batches(split, desc):
+            net = batch.sample["net_input"]
+            lprobs, state = self.log_probs(net["src_tokens"], net["src_lengths"], state)
+            yield batch, lprobs
 
 
 def target_log_probs(lprobs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
