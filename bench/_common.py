@@ -77,16 +77,27 @@ def binarized_ptb(ptb_dir: Path, cache_dir: Path) -> Path:
     """
     ptb_dir = check_ptb(ptb_dir)
     out = Path(cache_dir) / f"ptb-bin-{_fingerprint(ptb_dir)}"
-    if (out / "dict.txt").is_file() and (out / "train.bin").is_file() and (out / "valid.bin").is_file():
+    if (
+        (out / "dict.txt").is_file()
+        and (out / "train.bin").is_file()
+        and (out / "valid.bin").is_file()
+    ):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".ptb-bin-", dir=out.parent))
     cmd = [
-        cli("fairseq-preprocess"), "--only-source",
-        "--trainpref", str(ptb_dir / "ptb.train.txt"),
-        "--validpref", str(ptb_dir / "ptb.valid.txt"),
-        "--testpref", str(ptb_dir / "ptb.test.txt"),
-        "--destdir", str(tmp), "--workers", "2",
+        cli("fairseq-preprocess"),
+        "--only-source",
+        "--trainpref",
+        str(ptb_dir / "ptb.train.txt"),
+        "--validpref",
+        str(ptb_dir / "ptb.valid.txt"),
+        "--testpref",
+        str(ptb_dir / "ptb.test.txt"),
+        "--destdir",
+        str(tmp),
+        "--workers",
+        "2",
     ]
     print(f"binarizing PTB into {out} ...", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -107,6 +118,7 @@ def ptb_train_stream(data_bin: Path):
     ``</s>`` per line (929,589 tokens for PTB).
     """
     from fairseq.data import Dictionary, data_utils
+
     from fairseq_noising.stats_cache import read_token_stream
     from fairseq_noising.tasks.noising_config import add_blank
 

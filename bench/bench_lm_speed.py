@@ -99,18 +99,27 @@ class PlainLSTMLM(nn.Module):
 
 
 def build(kind, dictionary, hidden, layers, dropout, device):
-    import fairseq_noising  # noqa: F401  (registers the plugin's models)
     from fairseq.models import build_model
 
+    import fairseq_noising  # noqa: F401  (registers the plugin's models)
+
     if kind == "noising":
-        args = Namespace(arch="noising_lstm_lm_medium", hidden_size=hidden, num_layers=layers,
-                         dropout=dropout)
+        args = Namespace(
+            arch="noising_lstm_lm_medium", hidden_size=hidden, num_layers=layers, dropout=dropout
+        )
         model = build_model(args, DummyTask(dictionary))
     elif kind == "stock":
-        args = Namespace(arch="lstm_lm", decoder_embed_dim=hidden, decoder_hidden_size=hidden,
-                         decoder_out_embed_dim=hidden, decoder_layers=layers, dropout=dropout,
-                         criterion="cross_entropy", tokens_per_sample=35,
-                         max_target_positions=None)
+        args = Namespace(
+            arch="lstm_lm",
+            decoder_embed_dim=hidden,
+            decoder_hidden_size=hidden,
+            decoder_out_embed_dim=hidden,
+            decoder_layers=layers,
+            dropout=dropout,
+            criterion="cross_entropy",
+            tokens_per_sample=35,
+            max_target_positions=None,
+        )
         model = build_model(args, DummyTask(dictionary))
     elif kind == "plain":
         model = PlainLSTMLM(len(dictionary), hidden, layers, dropout)
@@ -155,8 +164,9 @@ class Runner:
         torch.manual_seed(opts.seed)
         self.device = device
         self.words = opts.batch_size * opts.bptt
-        self.model = build(kind, dictionary, opts.hidden_size, opts.num_layers, opts.dropout,
-                           device)
+        self.model = build(
+            kind, dictionary, opts.hidden_size, opts.num_layers, opts.dropout, device
+        )
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=opts.lr)
         self.step = make_step(kind, self.model, self.optimizer, opts.clip_norm)
         self.batches = batches(ids, opts.batch_size, opts.bptt, device)
@@ -235,9 +245,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per model")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="timed rounds of --steps steps, alternating between the models; "
-                             "the best round is reported")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="timed rounds of --steps steps, alternating between the models; "
+        "the best round is reported",
+    )
     parser.add_argument("--batch-size", type=int, default=20)
     parser.add_argument("--bptt", type=int, default=35)
     parser.add_argument("--hidden-size", type=int, default=512)
@@ -245,14 +259,26 @@ def main(argv=None):
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--lr", type=float, default=1.0)
     parser.add_argument("--clip-norm", type=float, default=0.0, help="0: no clipping")
-    parser.add_argument("--models", default="noising,stock,plain",
-                        help="comma-separated subset of noising,stock,plain")
-    parser.add_argument("--memory-sizes", default="512,1500",
-                        help="hidden sizes whose one-step peak memory is reported ('' to skip)")
-    parser.add_argument("--memory-models", default="noising",
-                        help="models whose memory is reported (comma-separated)")
-    parser.add_argument("--cpu-rss", action="store_true",
-                        help="on CPU, measure peak RSS growth of one step in subprocesses")
+    parser.add_argument(
+        "--models",
+        default="noising,stock,plain",
+        help="comma-separated subset of noising,stock,plain",
+    )
+    parser.add_argument(
+        "--memory-sizes",
+        default="512,1500",
+        help="hidden sizes whose one-step peak memory is reported ('' to skip)",
+    )
+    parser.add_argument(
+        "--memory-models",
+        default="noising",
+        help="models whose memory is reported (comma-separated)",
+    )
+    parser.add_argument(
+        "--cpu-rss",
+        action="store_true",
+        help="on CPU, measure peak RSS growth of one step in subprocesses",
+    )
     parser.add_argument("--device", default=None, help="default: cuda if available else cpu")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
     parser.add_argument("--data", type=Path, default=None, help="PTB ptb.train.txt")
@@ -266,13 +292,18 @@ def main(argv=None):
     dictionary, ids = build_dictionary_and_ids(path)
     kinds = [k for k in opts.models.split(",") if k]
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"cpu ({torch.get_num_threads()} threads)")
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else (f"cpu ({torch.get_num_threads()} threads)")
+    )
     print(f"device: {name}; torch {torch.__version__}")
     print(f"data: {path} ({ids.numel()} tokens, vocabulary {len(dictionary)})")
-    print(f"network: hidden {opts.hidden_size}, layers {opts.num_layers}, dropout {opts.dropout}, "
-          f"batch {opts.batch_size}x{opts.bptt}, {opts.rounds} round(s) of {opts.steps} steps "
-          f"(+{opts.warmup} warmup)")
+    print(
+        f"network: hidden {opts.hidden_size}, layers {opts.num_layers}, dropout {opts.dropout}, "
+        f"batch {opts.batch_size}x{opts.bptt}, {opts.rounds} round(s) of {opts.steps} steps "
+        f"(+{opts.warmup} warmup)"
+    )
 
     runners = {kind: Runner(kind, dictionary, ids, opts, device) for kind in kinds}
     for runner in runners.values():
@@ -286,8 +317,10 @@ def main(argv=None):
     for kind in kinds:
         speed[kind] = max(rounds[kind])
         per_round = ", ".join(f"{w:.1f}" for w in rounds[kind])
-        print(f"  {kind:8s} {speed[kind]:12.1f} words/s (best of rounds: {per_round}; "
-              f"last loss {runners[kind].loss:.3f})")
+        print(
+            f"  {kind:8s} {speed[kind]:12.1f} words/s (best of rounds: {per_round}; "
+            f"last loss {runners[kind].loss:.3f})"
+        )
     del runners
     if "noising" in speed:
         for other in ("stock", "plain"):
@@ -302,19 +335,27 @@ def main(argv=None):
             for hidden in sizes:
                 for kind in mem_kinds:
                     peak, delta = cuda_step_memory(kind, dictionary, ids, opts, hidden, device)
-                    print(f"  {kind:8s} hidden {hidden:5d}: peak {peak / 2**20:9.1f} MiB, "
-                          f"step above resident {delta / 2**20:9.1f} MiB")
+                    print(
+                        f"  {kind:8s} hidden {hidden:5d}: peak {peak / 2**20:9.1f} MiB, "
+                        f"step above resident {delta / 2**20:9.1f} MiB"
+                    )
         elif opts.cpu_rss:
-            print("peak RSS growth over the first training step on CPU (activations + gradients;"
-                  " fresh subprocess each):")
+            print(
+                "peak RSS growth over the first training step on CPU (activations + gradients;"
+                " fresh subprocess each):"
+            )
             for hidden in sizes:
                 for kind in mem_kinds:
                     peak, delta = cpu_step_rss(kind, path, opts, hidden)
-                    print(f"  {kind:8s} hidden {hidden:5d}: peak RSS {peak / 2**20:9.1f} MiB, "
-                          f"above RSS before the step {delta / 2**20:9.1f} MiB")
+                    print(
+                        f"  {kind:8s} hidden {hidden:5d}: peak RSS {peak / 2**20:9.1f} MiB, "
+                        f"above RSS before the step {delta / 2**20:9.1f} MiB"
+                    )
         else:
-            print("memory: measured on GPU only (torch.cuda.max_memory_allocated); "
-                  "pass --cpu-rss for peak RSS on CPU")
+            print(
+                "memory: measured on GPU only (torch.cuda.max_memory_allocated); "
+                "pass --cpu-rss for peak RSS on CPU"
+            )
 
 
 if __name__ == "__main__":

@@ -38,9 +38,8 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-
 import _common  # noqa: E402
+import numpy as np  # noqa: E402
 
 BATCH, UNROLL = 20, 35
 
@@ -51,7 +50,7 @@ def batches(tokens: np.ndarray):
     data = tokens[: BATCH * batch_len].reshape(BATCH, batch_len)
     n = (batch_len - 1) // UNROLL
     return [
-        (data[:, i * UNROLL:(i + 1) * UNROLL], data[:, i * UNROLL + 1:(i + 1) * UNROLL + 1])
+        (data[:, i * UNROLL : (i + 1) * UNROLL], data[:, i * UNROLL + 1 : (i + 1) * UNROLL + 1])
         for i in range(n)
     ]
 
@@ -79,7 +78,9 @@ class AuthorsLoader:
         hist = defaultdict(set)  # their _build_vocab: number of distinct histories N1+(., x)
         for prev, word in bigrams:
             hist[word].add(prev)
-        hist_counts = np.array([len(hist.get(sym, ())) for sym in dictionary.symbols], dtype=np.float64)
+        hist_counts = np.array(
+            [len(hist.get(sym, ())) for sym in dictionary.symbols], dtype=np.float64
+        )
         self.hist_freqs = hist_counts / hist_counts.sum()
         self.hist_freqs_cumsum = np.cumsum(self.hist_freqs)
 
@@ -98,8 +99,10 @@ def authors_noise_batch_kn(x, y, loader, gamma):
         for col in range(x.shape[1]):
             context = list()
             context.append(loader.id_to_token[x[row, col]])
-            total, distinct = continuations["total"][tuple(context)], \
-                continuations["distinct"][tuple(context)]
+            total, distinct = (
+                continuations["total"][tuple(context)],
+                continuations["distinct"][tuple(context)],
+            )
             p = (gamma / total) * distinct
             draw = np.random.binomial(1, p)
             if draw:
@@ -163,25 +166,35 @@ def main(argv=None):
     _common.add_ptb_argument(parser)
     parser.add_argument("--gamma", type=float, default=0.2, help="gamma_0 (default %(default)s)")
     parser.add_argument(
-        "--rounds", type=int, default=7,
+        "--rounds",
+        type=int,
+        default=7,
         help="alternating rounds; every implementation runs once per round (default %(default)s)",
     )
     parser.add_argument(
-        "--plugin-batches", type=int, default=200,
+        "--plugin-batches",
+        type=int,
+        default=200,
         help="batches per round for each plugin scheme (default %(default)s); successive rounds "
         "take successive windows of the PTB epoch (1,327 batches)",
     )
     parser.add_argument(
-        "--loop-batches", type=int, default=50,
+        "--loop-batches",
+        type=int,
+        default=50,
         help="batches per round of the authors' per-token loop (default %(default)s)",
     )
     parser.add_argument(
-        "--stack", type=int, default=64,
+        "--stack",
+        type=int,
+        default=64,
         help="also time the plugin on calls of this many batches stacked into one array, to show "
         "the per-call overhead (default %(default)s; 0 skips it)",
     )
     parser.add_argument(
-        "--choice-batches", type=int, default=5,
+        "--choice-batches",
+        type=int,
+        default=5,
         help="batches per round of the np.random.choice loop (default %(default)s; 0 skips it)",
     )
     args = parser.parse_args(argv)
@@ -215,8 +228,10 @@ def main(argv=None):
     torch_items = [
         {
             "id": torch.from_numpy(ids),
-            "net_input": {"src_tokens": torch.from_numpy(np.ascontiguousarray(x)),
-                          "src_lengths": torch.full((BATCH,), UNROLL)},
+            "net_input": {
+                "src_tokens": torch.from_numpy(np.ascontiguousarray(x)),
+                "src_lengths": torch.full((BATCH,), UNROLL),
+            },
             "target": torch.from_numpy(np.ascontiguousarray(y)),
         }
         for x, y, ids in plugin_items
@@ -225,7 +240,7 @@ def main(argv=None):
     stacked_items = []
     if args.stack > 0:
         for start in range(0, len(plugin_items) - args.stack + 1, args.stack):
-            group = plugin_items[start:start + args.stack]
+            group = plugin_items[start : start + args.stack]
             stacked_items.append(tuple(np.concatenate([g[k] for g in group]) for k in range(3)))
 
     def plugin_fn(noiser):
@@ -233,6 +248,7 @@ def main(argv=None):
             x, y, ids = item
             result = noiser(x, y, ids, positions_in_example(x, pad), 1)
             return int(result.fired.sum())
+
         return run
 
     def torch_fn(batch):
@@ -251,10 +267,15 @@ def main(argv=None):
 
     # Algorithm 1 knows no special symbols: gamma for every id that has a successor, q = N1+(., x)
     gamma_of = np.clip(
-        args.gamma * np.divide(
-            stats.distinct_successors, stats.successor_total,
-            out=np.zeros(vocab_size), where=stats.successor_total > 0,
-        ), 0.0, 1.0,
+        args.gamma
+        * np.divide(
+            stats.distinct_successors,
+            stats.successor_total,
+            out=np.zeros(vocab_size),
+            where=stats.successor_total > 0,
+        ),
+        0.0,
+        1.0,
     )
     q = stats.distinct_predecessors / stats.distinct_predecessors.sum()
 
@@ -268,8 +289,12 @@ def main(argv=None):
         return (items[start:] + items[:start])[:size]
 
     STACKED = f"plugin Noiser, kn, {args.stack} batches/call"
-    KN, TORCH, AUTHORS, CHOICE = "plugin Noiser, kn", "plugin noise_lm_batch, kn", \
-        "authors' loop (faithful port), kn", "Alg. 1 + np.random.choice, kn"
+    KN, TORCH, AUTHORS, CHOICE = (
+        "plugin Noiser, kn",
+        "plugin noise_lm_batch, kn",
+        "authors' loop (faithful port), kn",
+        "Alg. 1 + np.random.choice, kn",
+    )
     timer = Timer()
     print(f"# {_common.machine_line()}")
     print(
@@ -307,16 +332,24 @@ def main(argv=None):
         line(STACKED)
     print()
     ratio = timer.median_rate(KN) / timer.median_rate(AUTHORS)
-    print(f"ratio plugin Noiser / authors' loop (kn, gamma_0={args.gamma}): {ratio:.1f}x "
-          f"(best passes: {timer.best_pass[KN] / timer.best_pass[AUTHORS]:.1f}x)   goal >= 20x")
-    print(f"ratio plugin noise_lm_batch / authors' loop:            "
-          f"{timer.median_rate(TORCH) / timer.median_rate(AUTHORS):.1f}x")
+    print(
+        f"ratio plugin Noiser / authors' loop (kn, gamma_0={args.gamma}): {ratio:.1f}x "
+        f"(best passes: {timer.best_pass[KN] / timer.best_pass[AUTHORS]:.1f}x)   goal >= 20x"
+    )
+    print(
+        f"ratio plugin noise_lm_batch / authors' loop:            "
+        f"{timer.median_rate(TORCH) / timer.median_rate(AUTHORS):.1f}x"
+    )
     if stacked_items:
-        print(f"ratio plugin Noiser, {args.stack} batches per call / authors' loop: "
-              f"{timer.median_rate(STACKED) / timer.median_rate(AUTHORS):.1f}x")
+        print(
+            f"ratio plugin Noiser, {args.stack} batches per call / authors' loop: "
+            f"{timer.median_rate(STACKED) / timer.median_rate(AUTHORS):.1f}x"
+        )
     if args.choice_batches > 0:
-        print(f"ratio plugin Noiser / Alg. 1 + np.random.choice:        "
-              f"{timer.median_rate(KN) / timer.median_rate(CHOICE):.0f}x")
+        print(
+            f"ratio plugin Noiser / Alg. 1 + np.random.choice:        "
+            f"{timer.median_rate(KN) / timer.median_rate(CHOICE):.0f}x"
+        )
     print(
         f"(per round: {args.plugin_batches} batches per plugin scheme, {args.loop_batches} for the "
         f"authors' loop, {args.choice_batches} for np.random.choice; authors' tables built in "

@@ -15,6 +15,7 @@ Run: ``.venv/bin/python bench/bench_stats.py [--ptb-dir DIR]``.
 """
 
 import argparse
+import functools
 import os
 import shutil
 import sys
@@ -22,9 +23,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-
 import _common  # noqa: E402
+import numpy as np  # noqa: E402
 
 TEXT8_TOKENS = 17_005_207
 
@@ -76,9 +76,13 @@ def main(argv=None):
     )
 
     t0 = time.perf_counter()
-    synthetic = zipf_stream(args.synthetic_tokens, args.synthetic_vocab, args.zipf_exponent, args.seed)
+    synthetic = zipf_stream(
+        args.synthetic_tokens, args.synthetic_vocab, args.zipf_exponent, args.seed
+    )
     gen_s = time.perf_counter() - t0
-    best, times, stats = best_of(args.repeats, lambda: stream_stats(synthetic, args.synthetic_vocab))
+    best, times, stats = best_of(
+        args.repeats, functools.partial(stream_stats, synthetic, args.synthetic_vocab)
+    )
     bigram_types = int(stats.distinct_successors.sum())
     print(
         f"stream_stats Zipf({args.zipf_exponent}) synthetic: {synthetic.size:,} tokens, "

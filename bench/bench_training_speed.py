@@ -52,28 +52,73 @@ import _common  # noqa: E402
 
 def arch_args(arch="noising_lstm_lm_small"):
     """``arch`` if registered, else the stock ``lstm_lm`` at 200 units."""
-    import fairseq_noising  # noqa: F401  (registers the architectures)
     from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_noising  # noqa: F401  (registers the architectures)
 
     if arch in ARCH_MODEL_REGISTRY:
         return ["--arch", arch]
     return [
-        "--arch", "lstm_lm", "--decoder-embed-dim", "200", "--decoder-hidden-size", "200",
-        "--decoder-out-embed-dim", "200", "--decoder-layers", "2", "--dropout", "0.0",
+        "--arch",
+        "lstm_lm",
+        "--decoder-embed-dim",
+        "200",
+        "--decoder-hidden-size",
+        "200",
+        "--decoder-out-embed-dim",
+        "200",
+        "--decoder-layers",
+        "2",
+        "--dropout",
+        "0.0",
     ]
 
 
-def train_args(data_bin, scheme, max_update, log_interval, seed, arch="noising_lstm_lm_small", device="cpu"):
-    noise = ["--noise-scheme", "kn", "--noise-gamma", "0.2"] if scheme == "kn" else ["--noise-scheme", "none"]
+def train_args(
+    data_bin, scheme, max_update, log_interval, seed, arch="noising_lstm_lm_small", device="cpu"
+):
+    noise = (
+        ["--noise-scheme", "kn", "--noise-gamma", "0.2"]
+        if scheme == "kn"
+        else ["--noise-scheme", "none"]
+    )
     return [
-        str(data_bin), "--user-dir", str(_common.PLUGIN_DIR), "--task", "noised_language_modeling",
-        *noise, *arch_args(arch),
-        "--batch-size", "20", "--required-batch-size-multiple", "1", "--tokens-per-sample", "35",
-        "--sample-break-mode", "none",
-        "--optimizer", "sgd", "--lr", "1.0", "--clip-norm", "5", "--criterion", "cross_entropy",
-        "--max-update", str(max_update), *(["--cpu"] if device == "cpu" else []), "--num-workers", "0",
-        "--log-format", "json", "--log-interval", str(log_interval),
-        "--no-save", "--disable-validation", "--seed", str(seed),
+        str(data_bin),
+        "--user-dir",
+        str(_common.PLUGIN_DIR),
+        "--task",
+        "noised_language_modeling",
+        *noise,
+        *arch_args(arch),
+        "--batch-size",
+        "20",
+        "--required-batch-size-multiple",
+        "1",
+        "--tokens-per-sample",
+        "35",
+        "--sample-break-mode",
+        "none",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1.0",
+        "--clip-norm",
+        "5",
+        "--criterion",
+        "cross_entropy",
+        "--max-update",
+        str(max_update),
+        *(["--cpu"] if device == "cpu" else []),
+        "--num-workers",
+        "0",
+        "--log-format",
+        "json",
+        "--log-interval",
+        str(log_interval),
+        "--no-save",
+        "--disable-validation",
+        "--seed",
+        str(seed),
     ]
 
 
@@ -81,7 +126,9 @@ def fmt_stats(values, unit=""):
     if not values:
         return "n/a"
     q = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
-    return f"median {statistics.median(values):.4g}{unit} (IQR {q[0]:.4g}-{q[2]:.4g}, n={len(values)})"
+    return (
+        f"median {statistics.median(values):.4g}{unit} (IQR {q[0]:.4g}-{q[2]:.4g}, n={len(values)})"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,7 +149,8 @@ def run_inprocess(args, data_bin):
         torch.set_num_threads(args.threads)
     parser = options.get_training_parser()
     cli_args = options.parse_args_and_arch(
-        parser, input_args=train_args(data_bin, "kn", 10**9, 10**9, args.seed, args.arch, args.device)
+        parser,
+        input_args=train_args(data_bin, "kn", 10**9, 10**9, args.seed, args.arch, args.device),
     )
     cfg = convert_namespace_to_omegaconf(cli_args)
     utils.import_user_module(cfg.common)
@@ -147,9 +195,11 @@ def run_inprocess(args, data_bin):
     for _ in range(args.warmup):  # first steps allocate, fill the data buffer, warm caches
         step("kn")
         step("none")
-    print(f"in-process: {args.blocks} blocks of {args.block} updates per condition, alternating "
-          f"(after {args.warmup} warm-up updates each); torch threads {torch.get_num_threads()}",
-          flush=True)
+    print(
+        f"in-process: {args.blocks} blocks of {args.block} updates per condition, alternating "
+        f"(after {args.warmup} warm-up updates each); torch threads {torch.get_num_threads()}",
+        flush=True,
+    )
     start_all = time.perf_counter()
     for b in range(args.blocks):
         order = ("kn", "none") if b % 2 == 0 else ("none", "kn")
@@ -162,7 +212,7 @@ def run_inprocess(args, data_bin):
     # The noising cost alone, on the same batches: fetching the examples through the noised
     # wrapper and collating them (which noises) minus the same through the clean dataset.
     indices = list(range(0, len(clean), max(1, len(clean) // 400)))[:400]
-    batches_idx = [indices[i:i + 20] for i in range(0, len(indices), 20)]
+    batches_idx = [indices[i : i + 20] for i in range(0, len(indices), 20)]
     cost = []
     for _ in range(5):
         for idx in batches_idx:
@@ -186,16 +236,24 @@ def run_inprocess(args, data_bin):
     fast_step = float(np.percentile(times["none"], 5))
     print(f"  words/s with kn   : {fmt_stats(wps['kn'])}")
     print(f"  words/s without   : {fmt_stats(wps['none'])}")
-    print(f"  ratio kn / none, median of adjacent pairs : {pair_median:.4f} "
-          f"(bootstrap 95% CI {low:.4f}-{high:.4f}; pair IQR "
-          f"{statistics.quantiles(pair_ratios, n=4)[0]:.3f}-{statistics.quantiles(pair_ratios, n=4)[2]:.3f})")
+    print(
+        f"  ratio kn / none, median of adjacent pairs : {pair_median:.4f} "
+        f"(bootstrap 95% CI {low:.4f}-{high:.4f}; pair IQR "
+        f"{statistics.quantiles(pair_ratios, n=4)[0]:.3f}-{statistics.quantiles(pair_ratios, n=4)[2]:.3f})"
+    )
     print(f"  ratio kn / none, median step times        : {med_ratio:.4f}")
     print(f"  ratio kn / none, mean step times          : {mean_ratio:.4f}")
-    print(f"  noising cost per batch (fetch + collate, noised minus clean): {noise_cost * 1e3:.3f} ms")
-    print(f"    = {noise_cost / clean_step:.3%} of the median clean step ({clean_step * 1e3:.1f} ms): "
-          f"implied ratio {clean_step / (clean_step + noise_cost):.4f}")
-    print(f"    = {noise_cost / fast_step:.3%} of the fastest clean steps (5th percentile, "
-          f"{fast_step * 1e3:.1f} ms): implied ratio {fast_step / (fast_step + noise_cost):.4f}")
+    print(
+        f"  noising cost per batch (fetch + collate, noised minus clean): {noise_cost * 1e3:.3f} ms"
+    )
+    print(
+        f"    = {noise_cost / clean_step:.3%} of the median clean step ({clean_step * 1e3:.1f} ms): "
+        f"implied ratio {clean_step / (clean_step + noise_cost):.4f}"
+    )
+    print(
+        f"    = {noise_cost / fast_step:.3%} of the fastest clean steps (5th percentile, "
+        f"{fast_step * 1e3:.1f} ms): implied ratio {fast_step / (fast_step + noise_cost):.4f}"
+    )
     print(f"  (timed part {elapsed:.0f} s)")
     return pair_median
 
@@ -211,8 +269,10 @@ def _wps_of(output: str):
     logs = [json.loads(m.group(1)) for line in output.splitlines() if (m := WPS_LINE.search(line))]
     wps = [float(entry["wps"]) for entry in logs][1:]
     if not wps:
-        sys.exit("error: no train_inner log line after the warm-up interval; raise --max-update "
-                 "or lower --log-interval")
+        sys.exit(
+            "error: no train_inner log line after the warm-up interval; raise --max-update "
+            "or lower --log-interval"
+        )
     return wps
 
 
@@ -226,7 +286,11 @@ def run_cli(args, data_bin):
     if args.cli_layout == "concurrent":
         groups = [("kn", "none")] * args.pairs
     else:
-        groups = [(c,) for p in range(args.pairs) for c in (("kn", "none") if p % 2 == 0 else ("none", "kn"))]
+        groups = [
+            (c,)
+            for p in range(args.pairs)
+            for c in (("kn", "none") if p % 2 == 0 else ("none", "kn"))
+        ]
     results = {"kn": [], "none": []}
     per_run = []
     print(
@@ -241,12 +305,29 @@ def run_cli(args, data_bin):
             start = time.perf_counter()
             for condition in group:
                 cmd = [_common.cli("fairseq-train")] + train_args(
-                    data_bin, condition, args.max_update, args.log_interval, args.seed, args.arch, args.device
+                    data_bin,
+                    condition,
+                    args.max_update,
+                    args.log_interval,
+                    args.seed,
+                    args.arch,
+                    args.device,
                 )
                 out = tempfile.TemporaryFile(mode="w+", dir=workdir)
-                procs.append((condition, subprocess.Popen(
-                    cmd, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
-                ), out))
+                procs.append(
+                    (
+                        condition,
+                        subprocess.Popen(
+                            cmd,
+                            cwd=workdir,
+                            env=env,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            text=True,
+                        ),
+                        out,
+                    )
+                )
             for condition, proc, out in procs:
                 proc.wait()
                 wall = time.perf_counter() - start
@@ -254,17 +335,22 @@ def run_cli(args, data_bin):
                 output = out.read()
                 out.close()
                 if proc.returncode != 0:
-                    sys.exit(f"error: fairseq-train ({condition}) exited {proc.returncode}:\n"
-                             f"{output[-3000:]}")
+                    sys.exit(
+                        f"error: fairseq-train ({condition}) exited {proc.returncode}:\n"
+                        f"{output[-3000:]}"
+                    )
                 wps = _wps_of(output)
                 results[condition].extend(wps)
                 per_run.append((condition, statistics.median(wps)))
-                print(f"  {condition:>4}: wps per interval {', '.join(f'{w:.0f}' for w in wps)}  "
-                      f"(run ended after {wall:.0f} s)", flush=True)
+                print(
+                    f"  {condition:>4}: wps per interval {', '.join(f'{w:.0f}' for w in wps)}  "
+                    f"(run ended after {wall:.0f} s)",
+                    flush=True,
+                )
     ratio = statistics.median(results["kn"]) / statistics.median(results["none"])
     pair_ratios = []  # each kn run against its partner (concurrent) or neighbour (ABBA order)
     for i in range(0, len(per_run) - 1, 2):
-        (c1, w1), (c2, w2) = per_run[i], per_run[i + 1]
+        (c1, w1), (_, w2) = per_run[i], per_run[i + 1]
         pair_ratios.append(w1 / w2 if c1 == "kn" else w2 / w1)
     print(f"  words/s with kn   : {fmt_stats(results['kn'])}")
     print(f"  words/s without   : {fmt_stats(results['none'])}")
@@ -277,21 +363,41 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     _common.add_ptb_argument(parser)
     parser.add_argument("--mode", choices=("inprocess", "cli", "both"), default="both")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch/OMP threads (default 0: torch's default, as fairseq-train)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch/OMP threads (default 0: torch's default, as fairseq-train)",
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--arch", default="noising_lstm_lm_small",
-                        help="model architecture (default %(default)s)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="cuda: train on the GPU (no --cpu flag) (default %(default)s)")
+    parser.add_argument(
+        "--arch", default="noising_lstm_lm_small", help="model architecture (default %(default)s)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: train on the GPU (no --cpu flag) (default %(default)s)",
+    )
     g = parser.add_argument_group("in-process")
-    g.add_argument("--blocks", type=int, default=100, help="blocks per condition (default %(default)s)")
-    g.add_argument("--block", type=int, default=1, help="updates per block (default %(default)s: strict alternation)")
+    g.add_argument(
+        "--blocks", type=int, default=100, help="blocks per condition (default %(default)s)"
+    )
+    g.add_argument(
+        "--block",
+        type=int,
+        default=1,
+        help="updates per block (default %(default)s: strict alternation)",
+    )
     g.add_argument("--warmup", type=int, default=5, help="warm-up updates per condition")
     g = parser.add_argument_group("cli")
-    g.add_argument("--pairs", type=int, default=2, help="(kn, none) run pairs (default %(default)s)")
     g.add_argument(
-        "--cli-layout", choices=("sequential", "concurrent"), default="sequential",
+        "--pairs", type=int, default=2, help="(kn, none) run pairs (default %(default)s)"
+    )
+    g.add_argument(
+        "--cli-layout",
+        choices=("sequential", "concurrent"),
+        default="sequential",
         help="sequential: one fairseq-train at a time, order kn none none kn ... (what a user "
         "sees, but exposed to load changes between runs); concurrent: the two runs of a pair "
         "side by side with OMP_NUM_THREADS=1 unless --threads (same load on both) "

@@ -20,6 +20,7 @@ Everything is vectorised: one ``np.unique`` over packed bigram keys does the cou
 """
 
 from dataclasses import dataclass, fields
+
 import numpy as np
 
 STATS_FORMAT_VERSION = 2
@@ -143,4 +144,3 @@ def sentence_stats(tokens: np.ndarray, sizes: np.ndarray, vocab_size: int) -> Bi
     sentence_ends = np.cumsum(sizes)[:-1] - 1
     within[sentence_ends[(sentence_ends >= 0) & (sentence_ends < within.shape[0])]] = False
     return _from_bigrams(tokens, tokens[:-1][within], tokens[1:][within], vocab_size)
-

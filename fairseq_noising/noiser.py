@@ -62,7 +62,9 @@ def position_hashes(seed, epoch, ids, positions, side=0):
     the position is noised, the low 32 bits pick the context replacement; the target
     replacement (kn, mkn) hashes the hash once more.
     """
-    key = _mix_int(_mix_int(_mix_int(int(seed) & 0xFFFFFFFFFFFFFFFF) ^ int(epoch)) ^ SIDE_KEYS[side])
+    key = _mix_int(
+        _mix_int(_mix_int(int(seed) & 0xFFFFFFFFFFFFFFFF) ^ int(epoch)) ^ SIDE_KEYS[side]
+    )
     with np.errstate(over="ignore"):
         per_example = np.asarray(ids, dtype=np.int64).astype(np.uint64)[:, None] * _MIX1
         per_example += np.uint64(key)

@@ -85,9 +85,7 @@ def _constant(stats: BigramStats, gamma0: float) -> np.ndarray:
 def _discounted_ratio(numerator: np.ndarray, stats: BigramStats, gamma0: float) -> np.ndarray:
     """g0 * numerator / sum_y c(x, y), and g0 where x has no successor; clipped to [0, 1]."""
     total = stats.successor_total.astype(np.float64)
-    ratio = np.divide(
-        numerator.astype(np.float64), total, out=np.ones_like(total), where=total > 0
-    )
+    ratio = np.divide(numerator.astype(np.float64), total, out=np.ones_like(total), where=total > 0)
     return np.clip(gamma0 * ratio, 0.0, 1.0)
 
 
@@ -113,18 +111,28 @@ def _continuation(stats: BigramStats) -> np.ndarray:
 
 
 for _spec in (
-    SchemeSpec("none", lambda stats, g0: np.zeros(stats.vocab_size), None, False,
-               "no noising", "none"),
-    SchemeSpec("blank", _constant, None, False, "context tokens become <blank>", "blank",
-               uses_blank=True),
+    SchemeSpec(
+        "none", lambda stats, g0: np.zeros(stats.vocab_size), None, False, "no noising", "none"
+    ),
+    SchemeSpec(
+        "blank", _constant, None, False, "context tokens become <blank>", "blank", uses_blank=True
+    ),
     SchemeSpec("uniform", _constant, _seen_types, False, "uniform replacement", "uniform"),
     SchemeSpec("unigram", _constant, _unigram, False, "unigram replacement", "unigram"),
-    SchemeSpec("ad", _absolute_discounting, _unigram, False, "absolute discounting",
-               "absolute discounting"),
-    SchemeSpec("kn", _absolute_discounting, _continuation, True, "bigram Kneser-Ney",
-               "bigram Kneser-Ney"),
-    SchemeSpec("mkn", _modified_discounts, _continuation, True,
-               "Kneser-Ney with modified discounts", "Kneser-Ney, modified discounts"),
+    SchemeSpec(
+        "ad", _absolute_discounting, _unigram, False, "absolute discounting", "absolute discounting"
+    ),
+    SchemeSpec(
+        "kn", _absolute_discounting, _continuation, True, "bigram Kneser-Ney", "bigram Kneser-Ney"
+    ),
+    SchemeSpec(
+        "mkn",
+        _modified_discounts,
+        _continuation,
+        True,
+        "Kneser-Ney with modified discounts",
+        "Kneser-Ney, modified discounts",
+    ),
 ):
     register_scheme(_spec)
 
@@ -141,7 +149,9 @@ def scheme_help() -> str:
 def _normalised(weights: np.ndarray, what: str) -> np.ndarray:
     total = weights.sum()
     if not total > 0:
-        raise ValueError(f"the {what} proposal distribution is empty: no eligible token in training")
+        raise ValueError(
+            f"the {what} proposal distribution is empty: no eligible token in training"
+        )
     return weights / total
 
 
@@ -168,7 +178,9 @@ def build_scheme(
     stats = stats.resized(vocab_size or stats.vocab_size)
     size = stats.vocab_size
     eligible = np.ones(size, dtype=bool)
-    special = np.asarray([i for i in special_ids if i is not None and 0 <= i < size], dtype=np.int64)
+    special = np.asarray(
+        [i for i in special_ids if i is not None and 0 <= i < size], dtype=np.int64
+    )
     eligible[special] = False
 
     gamma = np.where(eligible, spec.gamma(stats, gamma0), 0.0)

@@ -73,14 +73,17 @@ def say(msg):
 
 # ---------------------------------------------------------------- target description
 
+
 def parse_python_version(text):
     m = re.fullmatch(r"(\d+)\.(\d+)", text or "")
     if not m:
         raise Error(f"--python-version must look like 3.12, got {text!r}")
     version = (int(m.group(1)), int(m.group(2)))
     if version < (3, 11):
-        raise Error(f"--python-version {text}: the wheelhouse supports Python >= 3.11 "
-                    "(ve-fairseq); older Pythons need the official fairseq, which has no wheels")
+        raise Error(
+            f"--python-version {text}: the wheelhouse supports Python >= 3.11 "
+            "(ve-fairseq); older Pythons need the official fairseq, which has no wheels"
+        )
     return version
 
 
@@ -93,8 +96,10 @@ def expand_platform(platform):
     elif m and m.group(1) == "2":
         glibc_minor, arch = int(m.group(2)), m.group(3)
     else:
-        raise Error(f"--platform must be a manylinux platform tag such as {DEFAULT_PLATFORM} or "
-                    f"manylinux2014_x86_64, got {platform!r}")
+        raise Error(
+            f"--platform must be a manylinux platform tag such as {DEFAULT_PLATFORM} or "
+            f"manylinux2014_x86_64, got {platform!r}"
+        )
     out = []
     for minor in range(glibc_minor, 4, -1):
         out.append(f"manylinux_2_{minor}_{arch}")
@@ -116,20 +121,29 @@ def wheel_tags(filename):
 def marker_environment(version, arch):
     env = default_environment()
     full = f"{version[0]}.{version[1]}.0"
-    env.update(python_version=f"{version[0]}.{version[1]}", python_full_version=full,
-               implementation_name="cpython", implementation_version=full,
-               platform_python_implementation="CPython", sys_platform="linux",
-               platform_system="Linux", os_name="posix", platform_machine=arch)
+    env.update(
+        python_version=f"{version[0]}.{version[1]}",
+        python_full_version=full,
+        implementation_name="cpython",
+        implementation_version=full,
+        platform_python_implementation="CPython",
+        sys_platform="linux",
+        platform_system="Linux",
+        os_name="posix",
+        platform_machine=arch,
+    )
     return env
 
 
 # ---------------------------------------------------------------- wheels
 
+
 def wheel_requirements(path):
     """The Requires-Dist lines of a wheel's METADATA."""
     with zipfile.ZipFile(path) as zf:
-        names = [n for n in zf.namelist()
-                 if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        names = [
+            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+        ]
         if not names:
             raise Error(f"{path} has no .dist-info/METADATA: not a wheel")
         meta = HeaderParser().parsestr(zf.read(names[0]).decode("utf-8"))
@@ -165,8 +179,13 @@ class Resolver:
         self.platform = platform
         self.tags = target_tags(version, self.platforms)
         self.env = marker_environment(version, arch)
-        self.pip_target = ["--only-binary=:all:", "--implementation", "cp",
-                           "--python-version", f"{version[0]}.{version[1]}"]
+        self.pip_target = [
+            "--only-binary=:all:",
+            "--implementation",
+            "cp",
+            "--python-version",
+            f"{version[0]}.{version[1]}",
+        ]
         for p in self.platforms:
             self.pip_target += ["--platform", p]
 
@@ -195,22 +214,37 @@ class Resolver:
         return None
 
     def download(self, reqs):
-        return run_pip(["download", "--no-deps", "--progress-bar", "off", "-d", str(self.dest),
-                        *self.pip_target, *reqs])
+        return run_pip(
+            [
+                "download",
+                "--no-deps",
+                "--progress-bar",
+                "off",
+                "-d",
+                str(self.dest),
+                *self.pip_target,
+                *reqs,
+            ]
+        )
 
     def build_from_source(self, name, req):
         """pip wheel --no-deps of a package published only as a source distribution."""
         with tempfile.TemporaryDirectory() as tmp:
-            proc = run_pip(["wheel", "--no-deps", "--no-binary", name, "--progress-bar", "off",
-                            "-w", tmp, req])
+            proc = run_pip(
+                ["wheel", "--no-deps", "--no-binary", name, "--progress-bar", "off", "-w", tmp, req]
+            )
             built = list(Path(tmp).glob("*.whl"))
             if proc.returncode != 0 or len(built) != 1:
-                raise Error(f"{req} has no wheel for {self.describe()} and building it from "
-                            f"source failed: {pip_error(proc)}")
+                raise Error(
+                    f"{req} has no wheel for {self.describe()} and building it from "
+                    f"source failed: {pip_error(proc)}"
+                )
             wheel = built[0]
             if not wheel_tags(wheel.name) & self.tags:
-                raise Error(f"{req} has no wheel for {self.describe()}, and its source builds "
-                            f"{wheel.name}, which does not suit that target")
+                raise Error(
+                    f"{req} has no wheel for {self.describe()}, and its source builds "
+                    f"{wheel.name}, which does not suit that target"
+                )
             shutil.copy2(wheel, self.dest / wheel.name)
         say(f"built {wheel.name} from its source distribution")
 
@@ -250,7 +284,8 @@ class Resolver:
 
         def add(req, extras_of_parent):
             if req.marker is not None and not any(
-                    req.marker.evaluate(dict(self.env, extra=e)) for e in extras_of_parent):
+                req.marker.evaluate(dict(self.env, extra=e)) for e in extras_of_parent
+            ):
                 return None
             name = canonicalize_name(req.name)
             if name in left_out:
@@ -318,6 +353,7 @@ def reachable(graph, start, blocked=()):
 
 # ---------------------------------------------------------------- build
 
+
 def build_plugin_wheel(dest):
     """pip wheel --no-deps of this repository, from a copy (no build/ or egg-info in the tree)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -326,8 +362,11 @@ def build_plugin_wheel(dest):
         for name in ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md"):
             if (REPO / name).is_file():
                 shutil.copy2(REPO / name, src / name)
-        shutil.copytree(REPO / "fairseq_noising", src / "fairseq_noising",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            REPO / "fairseq_noising",
+            src / "fairseq_noising",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
         out = Path(tmp) / "out"
         proc = run_pip(["wheel", "--no-deps", "--progress-bar", "off", "-w", str(out), str(src)])
         built = list(out.glob("*.whl")) if out.is_dir() else []
@@ -358,8 +397,10 @@ def torch_request(spec, resolver):
         req = None
     pins = [s for s in (req.specifier if req else []) if s.operator in ("==", "===")]
     if req is None or canonicalize_name(req.name) != "torch" or not pins or "*" in spec:
-        raise Error(f"--with-torch needs an exact pin such as torch==2.13.0 or a torch wheel "
-                    f"file, got {spec!r} (an unpinned torch is a multi-GB CUDA download)")
+        raise Error(
+            f"--with-torch needs an exact pin such as torch==2.13.0 or a torch wheel "
+            f"file, got {spec!r} (an unpinned torch is a multi-GB CUDA download)"
+        )
     return req
 
 
@@ -409,8 +450,15 @@ def build(args):
         path = graph[name][0]
         wheel_version = parse_wheel_filename(path.name)[1]
         role = "torch" if name == "torch" else ("plugin" if name in by_plugin else "torch-only")
-        wheels.append({"name": name, "version": str(wheel_version), "file": path.name,
-                       "sha256": sha256(path), "role": role})
+        wheels.append(
+            {
+                "name": name,
+                "version": str(wheel_version),
+                "file": path.name,
+                "sha256": sha256(path),
+                "role": role,
+            }
+        )
     manifest = {
         "format": FORMAT,
         "python_version": f"{version[0]}.{version[1]}",
@@ -427,8 +475,10 @@ def build(args):
             path.unlink()
     others = sorted(p.name for p in dest.glob("*.whl") if p.name not in listed)
     size = sum((dest / f).stat().st_size for f in listed) / 2**20
-    say(f"{len(wheels)} wheels ({size:.0f} MiB) for {resolver.describe()} in {dest}, "
-        f"listed in {MANIFEST}; torch {'included' if args.with_torch else 'not included'}")
+    say(
+        f"{len(wheels)} wheels ({size:.0f} MiB) for {resolver.describe()} in {dest}, "
+        f"listed in {MANIFEST}; torch {'included' if args.with_torch else 'not included'}"
+    )
     if others:
         say(f"note: {len(others)} other wheels in {dest} are not needed: {', '.join(others)}")
     say(f"install offline: bash recipes/setup.sh --from-wheelhouse {dest} [--python PY]")
@@ -473,8 +523,10 @@ def read_manifest(folder):
         raise Error(f"wheelhouse folder {folder} does not exist")
     path = folder / MANIFEST
     if not path.is_file():
-        raise Error(f"{folder} has no {MANIFEST}: not a wheelhouse "
-                    "(make one with bash recipes/setup.sh --build-wheelhouse DIR)")
+        raise Error(
+            f"{folder} has no {MANIFEST}: not a wheelhouse "
+            "(make one with bash recipes/setup.sh --build-wheelhouse DIR)"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         assert manifest["format"] == FORMAT and manifest["wheels"]
@@ -502,15 +554,19 @@ def install(args):
             create, python = venv, Path(sys.executable)
     info = probe(python)
     if info["version"] != want:
-        raise Error(f"wheelhouse {folder} was built for Python {want}, but {python} is "
-                    f"Python {info['version']}")
+        raise Error(
+            f"wheelhouse {folder} was built for Python {want}, but {python} is "
+            f"Python {info['version']}"
+        )
     torch_here = None if create else info["torch"]
 
     wheels = manifest["wheels"]
     for w in wheels:
         if not (folder / w["file"]).is_file():
-            raise Error(f"wheelhouse {folder} lacks the wheel of {w['name']} {w['version']} "
-                        f"({w['file']}), which is needed")
+            raise Error(
+                f"wheelhouse {folder} lacks the wheel of {w['name']} {w['version']} "
+                f"({w['file']}), which is needed"
+            )
     torch_wheels = [w for w in wheels if w["role"] == "torch"]
     if torch_here:
         todo = [w for w in wheels if w["role"] == "plugin"]
@@ -518,18 +574,24 @@ def install(args):
         todo = list(wheels)
     else:
         where = f"the new environment {create}" if create else str(python)
-        raise Error(f"{where} has no torch and wheelhouse {folder} has none: install your torch "
-                    "build there first, or build the wheelhouse with --with-torch torch==VERSION")
+        raise Error(
+            f"{where} has no torch and wheelhouse {folder} has none: install your torch "
+            "build there first, or build the wheelhouse with --with-torch torch==VERSION"
+        )
     if not create and not info["pip"]:
         raise Error(f"{python} has no pip (python -m ensurepip installs it offline)")
     tags = set(info["tags"] or [])
     for w in todo:
         if tags and not wheel_tags(w["file"]) & tags:
-            raise Error(f"wheel {w['file']} of {w['name']} does not suit {python} (wheelhouse "
-                        f"built for {manifest['platform']})")
+            raise Error(
+                f"wheel {w['file']} of {w['name']} does not suit {python} (wheelhouse "
+                f"built for {manifest['platform']})"
+            )
         if sha256(folder / w["file"]) != w["sha256"]:
-            raise Error(f"wheel {w['file']} of {w['name']} in {folder} is damaged "
-                        "(its sha256 differs from the manifest's)")
+            raise Error(
+                f"wheel {w['file']} of {w['name']} in {folder} is damaged "
+                "(its sha256 differs from the manifest's)"
+            )
 
     if create:
         say(f"creating {create} with {python}")
@@ -539,27 +601,51 @@ def install(args):
         say(f"keeping torch {torch_here} of {python}")
     say(f"installing {len(todo)} wheels from {folder} into {python}, no index")
     pins = [f"{w['name']}=={w['version']}" for w in todo]
-    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", "install", "--no-index",
-           "--find-links", str(folder), "--no-deps", *pins]
+    cmd = [
+        str(python),
+        "-m",
+        "pip",
+        "--disable-pip-version-check",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(folder),
+        "--no-deps",
+        *pins,
+    ]
     if subprocess.run(cmd).returncode != 0:
         raise Error(f"pip install from {folder} failed (its output is above)")
 
     # every requirement met, except those the wheelhouse leaves out on purpose
-    proc = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", "check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "check"],
+        capture_output=True,
+        text=True,
+    )
     left_out = set(manifest.get("left_out", {})) - {"torch"}
-    problems = [l for l in proc.stdout.splitlines()
-                if l.strip() and not any(re.search(rf"requires {n}\b", l) for n in left_out)]
+    problems = [
+        l
+        for l in proc.stdout.splitlines()
+        if l.strip() and not any(re.search(rf"requires {n}\b", l) for n in left_out)
+    ]
     for line in problems:
         say(f"warning: {line}")
     check = subprocess.run(
-        [str(python), "-c", "import os, torch, fairseq, fairseq_noising; "
-         "print(f'fairseq-noising ready: torch {torch.__version__}, fairseq {fairseq.__version__},"
-         " --user-dir {os.path.dirname(fairseq_noising.__file__)}')"],
-        capture_output=True, text=True)
+        [
+            str(python),
+            "-c",
+            "import os, torch, fairseq, fairseq_noising; "
+            "print(f'fairseq-noising ready: torch {torch.__version__}, fairseq {fairseq.__version__},"
+            " --user-dir {os.path.dirname(fairseq_noising.__file__)}')",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if check.returncode != 0:
-        raise Error(f"the installed plugin does not import: "
-                    f"{(check.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise Error(
+            f"the installed plugin does not import: "
+            f"{(check.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
     print(check.stdout.strip())
 
 
@@ -568,19 +654,31 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="download and build the wheels into DIR (needs an index)")
     b.add_argument("dir")
-    b.add_argument("--python-version", default="%d.%d" % sys.version_info[:2],
-                   help="target Python, e.g. 3.12 (default: this interpreter's)")
-    b.add_argument("--platform", default=DEFAULT_PLATFORM,
-                   help=f"target manylinux platform (default {DEFAULT_PLATFORM}: glibc >= 2.28, "
-                        "x86_64; older manylinux wheels are accepted too)")
-    b.add_argument("--with-torch", metavar="SPEC",
-                   help="also add torch: an exact pin (torch==2.13.0) or a torch wheel file")
+    b.add_argument(
+        "--python-version",
+        default="%d.%d" % sys.version_info[:2],
+        help="target Python, e.g. 3.12 (default: this interpreter's)",
+    )
+    b.add_argument(
+        "--platform",
+        default=DEFAULT_PLATFORM,
+        help=f"target manylinux platform (default {DEFAULT_PLATFORM}: glibc >= 2.28, "
+        "x86_64; older manylinux wheels are accepted too)",
+    )
+    b.add_argument(
+        "--with-torch",
+        metavar="SPEC",
+        help="also add torch: an exact pin (torch==2.13.0) or a torch wheel file",
+    )
     i = sub.add_parser("install", help="install from DIR with no index")
     i.add_argument("dir")
     i.add_argument("--python", help="the interpreter of the target environment (wins over --venv)")
-    i.add_argument("--venv", default=str(REPO / ".venv"),
-                   help="a virtual environment, created with this Python if missing "
-                        "(default: the repository's .venv)")
+    i.add_argument(
+        "--venv",
+        default=str(REPO / ".venv"),
+        help="a virtual environment, created with this Python if missing "
+        "(default: the repository's .venv)",
+    )
     args = parser.parse_args(argv)
     try:
         (build if args.command == "build" else install)(args)

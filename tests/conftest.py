@@ -75,7 +75,9 @@ def fairseq_preprocess(*argv) -> Path:
     from fairseq import options
     from fairseq_cli import preprocess
 
-    args = options.get_preprocessing_parser().parse_args([str(a) for a in argv] + ["--workers", "1"])
+    args = options.get_preprocessing_parser().parse_args(
+        [str(a) for a in argv] + ["--workers", "1"]
+    )
     log = logging.getLogger(preprocess.__name__)
     handlers = list(log.handlers)
     try:
@@ -96,8 +98,15 @@ def binarize_lm(dest: Path, train_lines=None, valid_lines=None, test_lines=None)
     head_lines(ptb / "ptb.valid.txt", raw / "valid.txt", valid_lines)
     head_lines(ptb / "ptb.test.txt", raw / "test.txt", test_lines or valid_lines)
     return fairseq_preprocess(
-        "--only-source", "--trainpref", raw / "train.txt", "--validpref", raw / "valid.txt",
-        "--testpref", raw / "test.txt", "--destdir", dest / "bin",
+        "--only-source",
+        "--trainpref",
+        raw / "train.txt",
+        "--validpref",
+        raw / "valid.txt",
+        "--testpref",
+        raw / "test.txt",
+        "--destdir",
+        dest / "bin",
     )
 
 
@@ -105,13 +114,26 @@ def binarize_translation(dest: Path, train_lines=None, valid_lines=None) -> Path
     m30k = require_shared("multi30k")
     raw = dest / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    for split, src_split, n in (("train", "train", train_lines), ("valid", "val", valid_lines),
-                                ("test", "test", valid_lines)):
+    for split, src_split, n in (
+        ("train", "train", train_lines),
+        ("valid", "val", valid_lines),
+        ("test", "test", valid_lines),
+    ):
         for lang in ("en", "de"):
             head_lines(m30k / f"{src_split}.{lang}", raw / f"{split}.{lang}", n)
     return fairseq_preprocess(
-        "--source-lang", "en", "--target-lang", "de", "--trainpref", raw / "train",
-        "--validpref", raw / "valid", "--testpref", raw / "test", "--destdir", dest / "bin",
+        "--source-lang",
+        "en",
+        "--target-lang",
+        "de",
+        "--trainpref",
+        raw / "train",
+        "--validpref",
+        raw / "valid",
+        "--testpref",
+        raw / "test",
+        "--destdir",
+        dest / "bin",
     )
 
 
@@ -124,8 +146,9 @@ def ptb_tiny_bin(tmp_path_factory) -> Path:
     """The first 300 training lines of PTB, 20 of valid and 7 of test, binarized (the text
     splits are in the folder's sibling ``raw``)."""
     lines = PTB_TINY_LINES
-    return binarize_lm(tmp_path_factory.mktemp("ptb_tiny"), lines["train"], lines["valid"],
-                       lines["test"])
+    return binarize_lm(
+        tmp_path_factory.mktemp("ptb_tiny"), lines["train"], lines["valid"], lines["test"]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -158,8 +181,22 @@ def build_task(argv):
 
 
 def lm_task_argv(data, scheme, gamma, *extra):
-    return [data, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling", "--arch", "lstm_lm",
-            "--noise-scheme", scheme, "--noise-gamma", gamma, "--tokens-per-sample", 35, *extra]
+    return [
+        data,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--task",
+        "noised_language_modeling",
+        "--arch",
+        "lstm_lm",
+        "--noise-scheme",
+        scheme,
+        "--noise-gamma",
+        gamma,
+        "--tokens-per-sample",
+        35,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="session")

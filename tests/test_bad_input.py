@@ -19,9 +19,9 @@ import tempfile
 
 import numpy as np
 import pytest
+from conftest import CLI_ENV, PLUGIN_DIR, build_task, run_cli
 from fairseq.data import Dictionary, data_utils, indexed_dataset
 
-from conftest import CLI_ENV, PLUGIN_DIR, build_task, run_cli
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.ngram_stats import BigramStats
 from fairseq_noising.stats_cache import cache_path, load_or_build_stats
@@ -30,16 +30,54 @@ from fairseq_noising.tasks.noising_config import add_blank
 pytestmark = pytest.mark.slow  # binarized real data
 
 COMMON = [
-    "--user-dir", PLUGIN_DIR, "--cpu", "--num-workers", "0", "--log-format", "simple",
-    "--max-update", "2", "--batch-size", "20", "--required-batch-size-multiple", "1",
-    "--optimizer", "adam", "--lr", "0.001",
+    "--user-dir",
+    PLUGIN_DIR,
+    "--cpu",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--max-update",
+    "2",
+    "--batch-size",
+    "20",
+    "--required-batch-size-multiple",
+    "1",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "0.001",
 ]
-LM = ["--task", "noised_language_modeling", "--tokens-per-sample", "35",
-      "--arch", "lstm_lm", "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
-      "--decoder-out-embed-dim", "16"]
-MT = ["--task", "noised_translation",
-      "--arch", "lstm", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
-      "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16"]
+LM = [
+    "--task",
+    "noised_language_modeling",
+    "--tokens-per-sample",
+    "35",
+    "--arch",
+    "lstm_lm",
+    "--decoder-embed-dim",
+    "16",
+    "--decoder-hidden-size",
+    "16",
+    "--decoder-out-embed-dim",
+    "16",
+]
+MT = [
+    "--task",
+    "noised_translation",
+    "--arch",
+    "lstm",
+    "--encoder-embed-dim",
+    "16",
+    "--encoder-hidden-size",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--decoder-hidden-size",
+    "16",
+    "--decoder-out-embed-dim",
+    "16",
+]
 KN = ["--noise-scheme", "kn", "--noise-gamma", "0.2"]
 
 
@@ -55,10 +93,13 @@ def lm_files(*splits):
 
 
 def mt_files(*splits):
-    return [f"{s}.en-de.{lang}.{ext}" for s in splits for lang in ("en", "de") for ext in ("bin", "idx")]
+    return [
+        f"{s}.en-de.{lang}.{ext}" for s in splits for lang in ("en", "de") for ext in ("bin", "idx")
+    ]
 
 
 # --- the data folder of each case: (tmp_path, request) -> (data path, extra arguments) -------------
+
 
 def ptb(request):
     return request.getfixturevalue("ptb_small_bin")
@@ -117,31 +158,51 @@ def lm_mismatched_dict(scheme):
         data = copy_files(src, tmp / "data", lm_files("train", "valid"))
         truncated_dict(src, data, "dict.txt", 100)  # ids in the data go up to ~5000
         return data, LM + ["--noise-scheme", scheme, "--noise-gamma", "0.2"]
+
     return make
 
 
 # (case id, make data and arguments, substrings the last line of stderr must hold; "{data}" is
 # replaced by the data path)
 CASES = [
-    ("lm-gamma-above-1", lambda t, r: lm_args(t, r, "--noise-scheme", "kn", "--noise-gamma", "1.5"),
-     ["--noise-gamma", "[0, 1]", "1.5"]),
-    ("lm-gamma-negative", lambda t, r: lm_args(t, r, "--noise-scheme", "kn", "--noise-gamma=-0.1"),
-     ["--noise-gamma", "[0, 1]", "-0.1"]),
-    ("mt-gamma-source-2",
-     lambda t, r: mt_args(t, r, "--noise-scheme", "kn", "--noise-gamma", "0.1",
-                          "--noise-gamma-source", "2"),
-     ["--noise-gamma-source", "[0, 1]", "2"]),
-    ("lm-unknown-scheme", lambda t, r: lm_args(t, r, "--noise-scheme", "foo"),
-     ["--noise-scheme", "foo", "kn", "mkn"]),
-    ("lm-noise-side", lambda t, r: lm_args(t, r, "--noise-scheme", "kn", "--noise-side", "source"),
-     ["--noise-side"]),
+    (
+        "lm-gamma-above-1",
+        lambda t, r: lm_args(t, r, "--noise-scheme", "kn", "--noise-gamma", "1.5"),
+        ["--noise-gamma", "[0, 1]", "1.5"],
+    ),
+    (
+        "lm-gamma-negative",
+        lambda t, r: lm_args(t, r, "--noise-scheme", "kn", "--noise-gamma=-0.1"),
+        ["--noise-gamma", "[0, 1]", "-0.1"],
+    ),
+    (
+        "mt-gamma-source-2",
+        lambda t, r: mt_args(
+            t, r, "--noise-scheme", "kn", "--noise-gamma", "0.1", "--noise-gamma-source", "2"
+        ),
+        ["--noise-gamma-source", "[0, 1]", "2"],
+    ),
+    (
+        "lm-unknown-scheme",
+        lambda t, r: lm_args(t, r, "--noise-scheme", "foo"),
+        ["--noise-scheme", "foo", "kn", "mkn"],
+    ),
+    (
+        "lm-noise-side",
+        lambda t, r: lm_args(t, r, "--noise-scheme", "kn", "--noise-side", "source"),
+        ["--noise-side"],
+    ),
     ("lm-missing-data-dir", lm_missing_dir, ["{data}", "does not exist"]),
     ("lm-missing-train-split", lm_without_train, ["{data}/train", "missing"]),
     ("lm-dict-only-no-splits", lm_dict_only, ["{data}/", "missing"]),
     ("mt-missing-target-dict", mt_without_target_dict, ["{data}/dict.de.txt", "missing"]),
     ("lm-empty-train-split", lm_empty_train, ["{data}/train", "empty"]),
     ("lm-dict-mismatch-kn", lm_mismatched_dict("kn"), ["{data}/", ".bin", "dict", "do not match"]),
-    ("lm-dict-mismatch-none", lm_mismatched_dict("none"), ["{data}/", ".bin", "dict", "do not match"]),
+    (
+        "lm-dict-mismatch-none",
+        lm_mismatched_dict("none"),
+        ["{data}/", ".bin", "dict", "do not match"],
+    ),
 ]
 
 
@@ -181,9 +242,23 @@ def test_bad_input_stops_with_one_clear_line(make, expected, tmp_path, request, 
 def test_fairseq_train_prints_the_line_and_trains_nothing(ptb_small_bin, tmp_path):
     """The wiring: the console script exits 1 with the error as its last line, no traceback."""
     save_dir = tmp_path / "ckpt"
-    proc = run_cli(["fairseq-train", ptb_small_bin, "--save-dir", save_dir, *LM,
-                    "--noise-scheme", "kn", "--noise-gamma", "1.5", *COMMON],
-                   env=CLI_ENV, timeout=600, check=False)
+    proc = run_cli(
+        [
+            "fairseq-train",
+            ptb_small_bin,
+            "--save-dir",
+            save_dir,
+            *LM,
+            "--noise-scheme",
+            "kn",
+            "--noise-gamma",
+            "1.5",
+            *COMMON,
+        ],
+        env=CLI_ENV,
+        timeout=600,
+        check=False,
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     report = f"exit {proc.returncode}\n--- stderr ---\n{proc.stderr[-3000:]}"
     assert proc.returncode == 1, report
@@ -224,8 +299,11 @@ def cache_key(path):
 
 
 def warnings_about(caplog, path):
-    return [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.WARNING and str(path) in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and str(path) in r.getMessage()
+    ]
 
 
 def test_cache_is_written_once_then_loaded(lm_data, caplog):
@@ -260,7 +338,8 @@ CORRUPTIONS = {
     "empty": lambda p, good: p.write_bytes(b""),
     "truncated": truncate_valid,
     "flipped-bytes": lambda p, good: p.write_bytes(
-        good[:2000] + bytes(255 - b for b in good[2000:2100]) + good[2100:]),
+        good[:2000] + bytes(255 - b for b in good[2000:2100]) + good[2100:]
+    ),
     "missing-arrays": lambda p, good: write_npz(p, key=np.array("whatever")),
     "pickled-object": lambda p, good: write_npz(p, key=np.array({"a": 1}, dtype=object)),
     "npy-not-npz": lambda p, good: write_npy(p),
@@ -379,12 +458,12 @@ def test_read_only_data_dir_computes_without_caching(existing, lm_data, caplog, 
         for _ in range(2):  # twice: nothing is cached between the calls, nothing crashes
             stats = load_or_build_stats(prefix, dataset, dictionary, "stream")
             assert_same(stats, fresh)
-        assert any("not caching" in r.getMessage() for r in caplog.records
-                   if r.levelno >= logging.WARNING)
+        assert any(
+            "not caching" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+        )
         assert not any("loaded noise statistics" in r.getMessage() for r in caplog.records)
         assert sorted(p.name for p in lm_data.iterdir()) == before  # no cache, no temporary file
         if stale_bytes is not None:
             assert open(path, "rb").read() == stale_bytes
     finally:
         lm_data.chmod(0o755)
-

@@ -9,7 +9,6 @@ rather than skips when the data is missing): stock ``lstm_lm``/``lstm`` models t
 
 import io
 import math
-import os
 import re
 import subprocess
 import sys
@@ -18,18 +17,39 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import CLI_ENV, run_cli
+
 import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the allow-list in this process)
 from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_noising"
 
-LM_ARCH = ["--task", "language_modeling", "--arch", "lstm_lm", "--decoder-embed-dim", 16,
-           "--decoder-hidden-size", 16, "--decoder-out-embed-dim", 16, "--tokens-per-sample", 32]
-COMMON = ["--user-dir", USER_DIR, "--cpu", "--num-workers", 0, "--log-format", "simple",
-          "--seed", 1]
+LM_ARCH = [
+    "--task",
+    "language_modeling",
+    "--arch",
+    "lstm_lm",
+    "--decoder-embed-dim",
+    16,
+    "--decoder-hidden-size",
+    16,
+    "--decoder-out-embed-dim",
+    16,
+    "--tokens-per-sample",
+    32,
+]
+COMMON = [
+    "--user-dir",
+    USER_DIR,
+    "--cpu",
+    "--num-workers",
+    0,
+    "--log-format",
+    "simple",
+    "--seed",
+    1,
+]
 
 
 # tiny models: one intra-op thread is faster than two fighting over a 2-core machine
@@ -52,9 +72,29 @@ def _globals_stock_torch_refuses(path):
 
 
 def _train_lm(data, save_dir, max_update, cwd):
-    return _run(["fairseq-train", data, *LM_ARCH, *COMMON, "--optimizer", "adam", "--lr", 0.005,
-                 "--batch-size", 8, "--max-update", max_update, "--save-interval-updates", 2,
-                 "--log-interval", 1, "--save-dir", save_dir], cwd)
+    return _run(
+        [
+            "fairseq-train",
+            data,
+            *LM_ARCH,
+            *COMMON,
+            "--optimizer",
+            "adam",
+            "--lr",
+            0.005,
+            "--batch-size",
+            8,
+            "--max-update",
+            max_update,
+            "--save-interval-updates",
+            2,
+            "--log-interval",
+            1,
+            "--save-dir",
+            save_dir,
+        ],
+        cwd,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +115,8 @@ def test_lm_checkpoint_needs_the_allow_list(lm_run):
     assert "argparse.Namespace" in needed
     # ... and, with the plugin's allow-list in place, nothing is left over
     assert not torch.serialization.get_unsafe_globals_in_checkpoint(
-        str(lm_run["save_dir"] / "checkpoint_1_2.pt"))
+        str(lm_run["save_dir"] / "checkpoint_1_2.pt")
+    )
 
 
 @pytest.mark.slow
@@ -113,9 +154,13 @@ print("PLUGIN LOADED", state["optimizer_history"][-1]["num_updates"])
 @pytest.mark.slow
 def test_plugin_is_what_makes_it_load(lm_run):
     """In a fresh interpreter stock fairseq cannot load the checkpoint; importing the plugin fixes it."""
-    proc = subprocess.run([sys.executable, "-c", _FRESH_PROCESS,
-                           str(lm_run["save_dir"] / "checkpoint_1_2.pt")],
-                          capture_output=True, text=True, timeout=300, env=CLI_ENV)
+    proc = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS, str(lm_run["save_dir"] / "checkpoint_1_2.pt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=CLI_ENV,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "STOCK FAILED" in proc.stdout
     assert "PLUGIN LOADED 2" in proc.stdout
@@ -123,10 +168,24 @@ def test_plugin_is_what_makes_it_load(lm_run):
 
 @pytest.mark.slow
 def test_eval_lm_loads_checkpoint(lm_run):
-    out = _run(["fairseq-eval-lm", lm_run["data"], "--path",
-                lm_run["save_dir"] / "checkpoint_1_2.pt", "--task", "language_modeling",
-                "--tokens-per-sample", 32, "--batch-size", 8, "--gen-subset", "valid", *COMMON],
-               lm_run["work"])
+    out = _run(
+        [
+            "fairseq-eval-lm",
+            lm_run["data"],
+            "--path",
+            lm_run["save_dir"] / "checkpoint_1_2.pt",
+            "--task",
+            "language_modeling",
+            "--tokens-per-sample",
+            32,
+            "--batch-size",
+            8,
+            "--gen-subset",
+            "valid",
+            *COMMON,
+        ],
+        lm_run["work"],
+    )
     match = re.search(r"Perplexity: (\S+)", out)
     assert match, out[-3000:]
     ppl = float(match.group(1))
@@ -137,8 +196,9 @@ def test_eval_lm_loads_checkpoint(lm_run):
 def test_resume_from_checkpoint_last(lm_run):
     save_dir = lm_run["save_dir"]
     out = _train_lm(lm_run["data"], save_dir, 8, lm_run["work"])
-    assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch 1 @ 4 updates\)", out), \
-        out[-3000:]
+    assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch 1 @ 4 updates\)", out), out[
+        -3000:
+    ]
     assert "No existing checkpoint found" not in out
     assert "num_updates: 8 >= max_update: 8" in out, out[-3000:]
     state = torch.load(save_dir / "checkpoint_last.pt")
@@ -152,12 +212,43 @@ def test_resume_from_checkpoint_last(lm_run):
 def test_translation_checkpoint_with_bleu_meters_generates(multi30k_small_bin, tmp_path):
     """A stock lstm translation model trained with --eval-bleu: its meters hold numpy arrays."""
     save_dir = tmp_path / "checkpoints"
-    _run(["fairseq-train", multi30k_small_bin, "--task", "translation", "--arch", "lstm",
-          "--encoder-embed-dim", 16, "--encoder-hidden-size", 16, "--decoder-embed-dim", 16,
-          "--decoder-hidden-size", 16, "--decoder-out-embed-dim", 16, *COMMON,
-          "--optimizer", "sgd", "--lr", 0.5, "--max-tokens", 1000, "--max-update", 3,
-          "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 10}',
-          "--eval-bleu-detok", "space", "--save-dir", save_dir], tmp_path)
+    _run(
+        [
+            "fairseq-train",
+            multi30k_small_bin,
+            "--task",
+            "translation",
+            "--arch",
+            "lstm",
+            "--encoder-embed-dim",
+            16,
+            "--encoder-hidden-size",
+            16,
+            "--decoder-embed-dim",
+            16,
+            "--decoder-hidden-size",
+            16,
+            "--decoder-out-embed-dim",
+            16,
+            *COMMON,
+            "--optimizer",
+            "sgd",
+            "--lr",
+            0.5,
+            "--max-tokens",
+            1000,
+            "--max-update",
+            3,
+            "--eval-bleu",
+            "--eval-bleu-args",
+            '{"beam": 1, "max_len_b": 10}',
+            "--eval-bleu-detok",
+            "space",
+            "--save-dir",
+            save_dir,
+        ],
+        tmp_path,
+    )
     ckpt = save_dir / "checkpoint_last.pt"
     needed = _globals_stock_torch_refuses(ckpt)
     assert "argparse.Namespace" in needed
@@ -166,9 +257,28 @@ def test_translation_checkpoint_with_bleu_meters_generates(multi30k_small_bin, t
     valid = dict((m[1], m[3]) for m in state["extra_state"]["metrics"]["valid"])
     assert isinstance(valid["_bleu_counts"]["sum"], np.ndarray)
 
-    out = _run(["fairseq-generate", multi30k_small_bin, "--path", ckpt, "--task", "translation",
-                "--gen-subset", "valid", "--beam", 2, "--max-len-b", 20, "--batch-size", 64,
-                "--scoring", "sacrebleu", *COMMON], tmp_path)
+    out = _run(
+        [
+            "fairseq-generate",
+            multi30k_small_bin,
+            "--path",
+            ckpt,
+            "--task",
+            "translation",
+            "--gen-subset",
+            "valid",
+            "--beam",
+            2,
+            "--max-len-b",
+            20,
+            "--batch-size",
+            64,
+            "--scoring",
+            "sacrebleu",
+            *COMMON,
+        ],
+        tmp_path,
+    )
     assert re.search(r"Generate valid with beam=2: BLEU", out), out[-3000:]
 
 
@@ -197,10 +307,12 @@ def test_numpy_1x_module_paths_load():
     buf = io.BytesIO()
     torch.save({"a": np.arange(3), "s": np.float64(0.5)}, buf, _use_new_zipfile_serialization=False)
     raw = buf.getvalue()
-    other = (b"numpy.core.multiarray" if b"numpy._core.multiarray" in raw
-             else b"numpy._core.multiarray")
+    other = (
+        b"numpy.core.multiarray" if b"numpy._core.multiarray" in raw else b"numpy._core.multiarray"
+    )
     rewritten = raw.replace(b"numpy._core.multiarray", other).replace(
-        b"numpy.core.multiarray", other)
+        b"numpy.core.multiarray", other
+    )
     assert other in rewritten
     loaded = torch.load(io.BytesIO(rewritten))
     assert loaded["a"].tolist() == [0, 1, 2] and loaded["s"] == 0.5

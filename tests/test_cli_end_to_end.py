@@ -14,8 +14,8 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import CLI_ENV, PLUGIN_DIR, run_cli
+
 from fairseq_noising.schemes import SCHEMES  # every registered scheme
 from fairseq_noising.stats_cache import cache_path
 
@@ -26,18 +26,53 @@ pytestmark = pytest.mark.slow  # fairseq-train, fairseq-eval-lm and fairseq-gene
 
 
 COMMON = [
-    "--user-dir", PLUGIN_DIR, "--cpu", "--num-workers", "0", "--log-format", "simple",
-    "--batch-size", "20", "--required-batch-size-multiple", "1",
+    "--user-dir",
+    PLUGIN_DIR,
+    "--cpu",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--batch-size",
+    "20",
+    "--required-batch-size-multiple",
+    "1",
 ]
 TRAIN = COMMON + [
-    "--max-update", "4", "--optimizer", "adam", "--lr", "0.001", "--seed", "1",
+    "--max-update",
+    "4",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "0.001",
+    "--seed",
+    "1",
     "--no-epoch-checkpoints",
 ]
-LM_MODEL = ["--arch", "lstm_lm", "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
-            "--decoder-out-embed-dim", "16"]
-MT_MODEL = ["--arch", "lstm", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
-            "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
-            "--decoder-out-embed-dim", "16"]
+LM_MODEL = [
+    "--arch",
+    "lstm_lm",
+    "--decoder-embed-dim",
+    "16",
+    "--decoder-hidden-size",
+    "16",
+    "--decoder-out-embed-dim",
+    "16",
+]
+MT_MODEL = [
+    "--arch",
+    "lstm",
+    "--encoder-embed-dim",
+    "16",
+    "--encoder-hidden-size",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--decoder-hidden-size",
+    "16",
+    "--decoder-out-embed-dim",
+    "16",
+]
 
 # the statistics caches of the training splits (train.noise_stats.npz, ...)
 LM_CACHES = [os.path.basename(cache_path("train"))]
@@ -79,18 +114,43 @@ def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_
     data = private_copy(ptb_small_bin, tmp_path / "data")
     save_dir = tmp_path / "ckpt"
     train = run_cli(
-        ["fairseq-train", data, "--task", "noised_language_modeling", "--noise-scheme", scheme,
-         "--noise-gamma", "0.2", "--tokens-per-sample", "35", "--save-dir", save_dir]
-        + TRAIN + LM_MODEL,
-        env=CLI_ENV, timeout=600,
+        [
+            "fairseq-train",
+            data,
+            "--task",
+            "noised_language_modeling",
+            "--noise-scheme",
+            scheme,
+            "--noise-gamma",
+            "0.2",
+            "--tokens-per-sample",
+            "35",
+            "--save-dir",
+            save_dir,
+        ]
+        + TRAIN
+        + LM_MODEL,
+        env=CLI_ENV,
+        timeout=600,
     )
     check_trained(train, scheme, save_dir, data, LM_CACHES)
 
     evaluation = run_cli(
-        ["fairseq-eval-lm", data, "--path", save_dir / "checkpoint_last.pt",
-         "--task", "noised_language_modeling", "--gen-subset", "valid",
-         "--tokens-per-sample", "35"] + COMMON,
-        env=CLI_ENV, timeout=600,
+        [
+            "fairseq-eval-lm",
+            data,
+            "--path",
+            save_dir / "checkpoint_last.pt",
+            "--task",
+            "noised_language_modeling",
+            "--gen-subset",
+            "valid",
+            "--tokens-per-sample",
+            "35",
+        ]
+        + COMMON,
+        env=CLI_ENV,
+        timeout=600,
     )
     out = evaluation.stdout + evaluation.stderr
     assert "Traceback" not in evaluation.stderr
@@ -107,17 +167,45 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
     data = private_copy(multi30k_small_bin, tmp_path / "data")
     save_dir = tmp_path / "ckpt"
     train = run_cli(
-        ["fairseq-train", data, "--task", "noised_translation", "--noise-scheme", scheme,
-         "--noise-gamma", "0.2", "--save-dir", save_dir] + TRAIN + MT_MODEL,
-        env=CLI_ENV, timeout=600,
+        [
+            "fairseq-train",
+            data,
+            "--task",
+            "noised_translation",
+            "--noise-scheme",
+            scheme,
+            "--noise-gamma",
+            "0.2",
+            "--save-dir",
+            save_dir,
+        ]
+        + TRAIN
+        + MT_MODEL,
+        env=CLI_ENV,
+        timeout=600,
     )
     check_trained(train, scheme, save_dir, data, MT_CACHES)
 
     gen = run_cli(
-        ["fairseq-generate", data, "--path", save_dir / "checkpoint_last.pt",
-         "--task", "noised_translation", "--scoring", "sacrebleu", "--beam", "2",
-         "--max-len-b", "20", "--gen-subset", "valid"] + COMMON,
-        env=CLI_ENV, timeout=600,
+        [
+            "fairseq-generate",
+            data,
+            "--path",
+            save_dir / "checkpoint_last.pt",
+            "--task",
+            "noised_translation",
+            "--scoring",
+            "sacrebleu",
+            "--beam",
+            "2",
+            "--max-len-b",
+            "20",
+            "--gen-subset",
+            "valid",
+        ]
+        + COMMON,
+        env=CLI_ENV,
+        timeout=600,
     )
     out = gen.stdout + gen.stderr
     assert "Traceback" not in gen.stderr

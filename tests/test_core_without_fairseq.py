@@ -6,7 +6,6 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import PLUGIN_DIR, REPO
 
 pytestmark = pytest.mark.slow  # each test starts a fresh interpreter

@@ -10,7 +10,6 @@ training one epoch then resuming from checkpoint_last.pt gives the uninterrupted
 import numpy as np
 import pytest
 import torch
-
 from conftest import PLUGIN_DIR, build_task, lm_task_argv, run_cli
 
 pytestmark = pytest.mark.slow  # tasks over real data and fairseq-train runs
@@ -52,8 +51,23 @@ def test_an_examples_noise_does_not_depend_on_its_batch(kn_task):
 
 def test_translation_noise_does_not_depend_on_padding(multi30k_small_bin):
     task, _ = build_task(
-        [multi30k_small_bin, "--user-dir", PLUGIN_DIR, "--task", "noised_translation", "--arch", "lstm",
-         "--noise-scheme", "kn", "--noise-gamma", "0.6", "-s", "en", "-t", "de"]
+        [
+            multi30k_small_bin,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "noised_translation",
+            "--arch",
+            "lstm",
+            "--noise-scheme",
+            "kn",
+            "--noise-gamma",
+            "0.6",
+            "-s",
+            "en",
+            "-t",
+            "de",
+        ]
     )
     task.load_dataset("train")
     wrapper = task.dataset("train")
@@ -76,13 +90,48 @@ def test_translation_noise_does_not_depend_on_padding(multi30k_small_bin):
 
 def train(data, save_dir, *extra, scheme="kn"):
     run_cli(
-        ["fairseq-train", data, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling",
-         "--noise-scheme", scheme, "--noise-gamma", "0.5", "--arch", "lstm_lm",
-         "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16",
-         "--tokens-per-sample", "35", "--batch-size", "20", "--required-batch-size-multiple", "1",
-         "--optimizer", "sgd", "--lr", "1.0", "--clip-norm", "5", "--sentence-avg", "--seed", "11",
-         "--cpu", "--log-format", "simple", "--save-dir", save_dir, "--no-epoch-checkpoints",
-         *extra]
+        [
+            "fairseq-train",
+            data,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "noised_language_modeling",
+            "--noise-scheme",
+            scheme,
+            "--noise-gamma",
+            "0.5",
+            "--arch",
+            "lstm_lm",
+            "--decoder-embed-dim",
+            "16",
+            "--decoder-hidden-size",
+            "16",
+            "--decoder-out-embed-dim",
+            "16",
+            "--tokens-per-sample",
+            "35",
+            "--batch-size",
+            "20",
+            "--required-batch-size-multiple",
+            "1",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "1.0",
+            "--clip-norm",
+            "5",
+            "--sentence-avg",
+            "--seed",
+            "11",
+            "--cpu",
+            "--log-format",
+            "simple",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            *extra,
+        ]
     )
     state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu")
     return state["model"]
@@ -105,5 +154,7 @@ def test_workers_and_resume_train_the_same_model(ptb_tiny_bin, tmp_path):
     assert_same_model(reference, resumed)
 
     # and the noise matters: without it the same run trains another model
-    clean = train(tiny_ptb, tmp_path / "clean", "--num-workers", "0", "--max-epoch", "2", scheme="none")
+    clean = train(
+        tiny_ptb, tmp_path / "clean", "--num-workers", "0", "--max-epoch", "2", scheme="none"
+    )
     assert any(not torch.equal(reference[k], clean[k]) for k in reference)

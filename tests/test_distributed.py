@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import PLUGIN_DIR, cli
+
 from fairseq_noising.stats_cache import cache_path
 
 pytestmark = pytest.mark.slow  # two fairseq-train processes
@@ -35,8 +35,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-STATELESS = ["--arch", "lstm_lm", "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
-             "--decoder-out-embed-dim", "16"]
+STATELESS = [
+    "--arch",
+    "lstm_lm",
+    "--decoder-embed-dim",
+    "16",
+    "--decoder-hidden-size",
+    "16",
+    "--decoder-out-embed-dim",
+    "16",
+]
 # stateful truncated BPTT: each rank owns its own 20 contiguous rows and carries their state
 STATEFUL = ["--arch", "noising_lstm_lm_small", "--hidden-size", "16", "--stateful-bptt"]
 
@@ -57,26 +65,63 @@ def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path, model_args):
     save_dir = tmp_path / "ckpt"
     port = free_port()
     common = [
-        cli("fairseq-train"), str(data), "--user-dir", str(PLUGIN_DIR),
-        "--task", "noised_language_modeling", "--noise-scheme", "kn", "--noise-gamma", "0.2",
+        cli("fairseq-train"),
+        str(data),
+        "--user-dir",
+        str(PLUGIN_DIR),
+        "--task",
+        "noised_language_modeling",
+        "--noise-scheme",
+        "kn",
+        "--noise-gamma",
+        "0.2",
         *model_args,
-        "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "1",
-        "--max-update", "4", "--batch-size", "20", "--required-batch-size-multiple", "1",
-        "--tokens-per-sample", "35", "--optimizer", "adam", "--lr", "0.001",
-        "--save-dir", str(save_dir), "--no-epoch-checkpoints",
-        "--distributed-world-size", "2", "--distributed-backend", "gloo",
-        "--ddp-backend", "legacy_ddp", "--distributed-no-spawn",
-        "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "1",
+        "--max-update",
+        "4",
+        "--batch-size",
+        "20",
+        "--required-batch-size-multiple",
+        "1",
+        "--tokens-per-sample",
+        "35",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.001",
+        "--save-dir",
+        str(save_dir),
+        "--no-epoch-checkpoints",
+        "--distributed-world-size",
+        "2",
+        "--distributed-backend",
+        "gloo",
+        "--ddp-backend",
+        "legacy_ddp",
+        "--distributed-no-spawn",
+        "--distributed-init-method",
+        f"tcp://127.0.0.1:{port}",
     ]
     procs, logs = [], []
     try:
         for rank in (0, 1):
             out = open(tmp_path / f"rank{rank}.log", "w+")
             logs.append(out)
-            procs.append(subprocess.Popen(
-                common + ["--distributed-rank", str(rank)],
-                stdout=out, stderr=subprocess.STDOUT, env=env, text=True,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    common + ["--distributed-rank", str(rank)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    text=True,
+                )
+            )
         deadline = time.monotonic() + TIMEOUT
         while any(p.poll() is None for p in procs):
             failed = [p for p in procs if p.poll() not in (None, 0)]

@@ -4,9 +4,9 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+from conftest import require_shared
 from fairseq.data import Dictionary, data_utils
 
-from conftest import require_shared
 from fairseq_noising.ngram_stats import chen_goodman_discounts, sentence_stats, stream_stats
 from fairseq_noising.stats_cache import load_or_build_stats, read_token_stream
 
@@ -19,7 +19,7 @@ def brute_force(pairs, tokens, vocab_size, stream_start=None):
     c = Counter(tokens)
     bigram = Counter(pairs)
     successors = defaultdict(list)
-    for (a, b), n in bigram.items():
+    for (a, _), n in bigram.items():
         successors[a].append(n)
     predecessors = Counter(b for (_, b) in bigram)
     if stream_start is not None and predecessors[stream_start] == 0:
@@ -68,8 +68,9 @@ def test_stream_is_fairseqs_binarization_of_ptb(ptb_stream):
 def test_ptb_stream_stats_equal_brute_force(ptb_stream):
     dictionary, dataset, tokens, _ = ptb_stream
     stream = tokens.tolist()
-    expect, discounts = brute_force(list(zip(stream[:-1], stream[1:])), stream, len(dictionary),
-                                    stream_start=stream[0])
+    expect, discounts = brute_force(
+        list(zip(stream[:-1], stream[1:])), stream, len(dictionary), stream_start=stream[0]
+    )
     assert_matches(stream_stats(tokens, len(dictionary)), expect, discounts)
     # the cached path gives the same statistics
     prefix = str(dataset_prefix(dataset))
@@ -86,8 +87,9 @@ def test_random_stream_stats_equal_brute_force(seed):
     vocab = 60
     tokens = rng.zipf(1.3, size=20000) % vocab
     stream = tokens.tolist()
-    expect, discounts = brute_force(list(zip(stream[:-1], stream[1:])), stream, vocab,
-                                    stream_start=stream[0])
+    expect, discounts = brute_force(
+        list(zip(stream[:-1], stream[1:])), stream, vocab, stream_start=stream[0]
+    )
     assert_matches(stream_stats(tokens, vocab), expect, discounts)
 
 
@@ -112,9 +114,14 @@ def test_discounts_are_zero_where_undefined_and_clipped():
     assert d[0] == pytest.approx(1.0) and d[1] == 0 and d[2] == 0
     # by hand: n1 = 1, n2 = 2, n3 = 1, n4 = 1 (9 counts as 3+ only); Y = 1/5,
     # D1 = 1 - 2Y(2/1) = 0.2, D2 = 2 - 3Y(1/2) = 1.7, D3+ = 3 - 4Y(1/1) = 2.2
-    np.testing.assert_allclose(chen_goodman_discounts(np.array([1, 2, 2, 3, 4, 9])),
-                               [0.2, 1.7, 2.2], rtol=1e-12)
+    np.testing.assert_allclose(
+        chen_goodman_discounts(np.array([1, 2, 2, 3, 4, 9])), [0.2, 1.7, 2.2], rtol=1e-12
+    )
     # by hand: n1 = 10, n2 = 1, n3 = 10, n4 = 0; Y = 10/12, D1 = 1 - 2Y(1/10) = 5/6,
     # D2 = 2 - 3Y(10/1) = -23 clipped to 0, D3+ = 3 - 4Y(0/10) = 3
-    np.testing.assert_allclose(chen_goodman_discounts(np.array([1] * 10 + [2] + [3] * 10)),
-                               [5 / 6, 0.0, 3.0], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        chen_goodman_discounts(np.array([1] * 10 + [2] + [3] * 10)),
+        [5 / 6, 0.0, 3.0],
+        rtol=1e-12,
+        atol=0,
+    )

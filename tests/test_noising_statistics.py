@@ -12,13 +12,13 @@ text), not from the scheme object under test.
 
 import numpy as np
 import pytest
-from fairseq.data import data_utils
-
 from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_task_argv
+from fairseq.data import data_utils
+from oracle import by_id
+
 from fairseq_noising.noiser import Noiser, positions_in_example
 from fairseq_noising.schemes import SCHEMES
 from fairseq_noising.stats_cache import read_token_stream
-from oracle import by_id
 
 pytestmark = pytest.mark.slow  # statistics of the whole of PTB
 

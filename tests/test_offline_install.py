@@ -23,12 +23,11 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
-
-from conftest import REPO
 
 pytestmark = pytest.mark.slow  # builds a wheelhouse and a virtual environment
 
@@ -38,23 +37,42 @@ CLOSED_INDEX = "http://127.0.0.1:9/simple"  # the discard port: nothing answers
 
 
 def setup_sh(*args, env=None, cwd=None, expect=0, timeout=600):
-    proc = subprocess.run(["bash", str(SETUP), *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=timeout)
+    proc = subprocess.run(
+        ["bash", str(SETUP), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
     if expect is not None and proc.returncode != expect:
-        raise AssertionError(f"setup.sh {' '.join(map(str, args))} exited {proc.returncode} "
-                             f"(expected {expect})\n--- stdout ---\n{proc.stdout[-5000:]}\n"
-                             f"--- stderr ---\n{proc.stderr[-5000:]}")
+        raise AssertionError(
+            f"setup.sh {' '.join(map(str, args))} exited {proc.returncode} "
+            f"(expected {expect})\n--- stdout ---\n{proc.stdout[-5000:]}\n"
+            f"--- stderr ---\n{proc.stderr[-5000:]}"
+        )
     return proc
 
 
 def offline_env(**extra):
     """pip with no index at all: a closed index URL, no config files, no find-links."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PIP_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PIP_INDEX_URL=CLOSED_INDEX, PIP_EXTRA_INDEX_URL="", PIP_FIND_LINKS="",
-               PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="0", PIP_TIMEOUT="2",
-               PIP_NO_COMPILE="1",  # byte-compiling torch would take longer than the install
-               PYTHON=sys.executable, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PIP_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
+    env.update(
+        PIP_INDEX_URL=CLOSED_INDEX,
+        PIP_EXTRA_INDEX_URL="",
+        PIP_FIND_LINKS="",
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_RETRIES="0",
+        PIP_TIMEOUT="2",
+        PIP_NO_COMPILE="1",  # byte-compiling torch would take longer than the install
+        PYTHON=sys.executable,
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
     env.update(extra)
     return env
 
@@ -66,8 +84,9 @@ def local_torch_source():
     environment was set up from (on this machine, and in CI, the CPU wheel in /opt/wheels)."""
     torch_version = installed_version("torch")
     folders = os.environ.get("PIP_FIND_LINKS", "").split()
-    conf = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
-                          text=True)
+    conf = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+    )
     for line in conf.stdout.splitlines():
         if re.match(r"[^=]*find-links=", line):
             folders += line.split("=", 1)[1].strip("'\"").split()
@@ -80,8 +99,9 @@ def local_torch_source():
 
 def wheel_requires(path):
     with zipfile.ZipFile(path) as zf:
-        name = next(n for n in zf.namelist()
-                    if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        name = next(
+            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+        )
         meta = HeaderParser().parsestr(zf.read(name).decode("utf-8"))
     return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
 
@@ -89,8 +109,13 @@ def wheel_requires(path):
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory):
     dest = tmp_path_factory.mktemp("wheelhouse")
-    proc = setup_sh("--build-wheelhouse", dest, "--with-torch", local_torch_source(),
-                    env=dict(os.environ, PYTHON=sys.executable))
+    proc = setup_sh(
+        "--build-wheelhouse",
+        dest,
+        "--with-torch",
+        local_torch_source(),
+        env=dict(os.environ, PYTHON=sys.executable),
+    )
     assert "torch included" in proc.stdout, proc.stdout[-3000:]
     yield dest
     shutil.rmtree(dest, ignore_errors=True)  # hundreds of MB: not kept in pytest's temp folders
@@ -101,8 +126,17 @@ def test_wheelhouse_holds_the_closure_for_this_python(wheelhouse):
     assert manifest["python_version"] == PYVER
     assert manifest["platform"] == "manylinux_2_28_x86_64"
     wheels = {w["name"]: w for w in manifest["wheels"]}
-    for name in ("fairseq-noising", "ve-fairseq", "hydra-core", "omegaconf",
-                 "antlr4-python3-runtime", "numpy", "sacrebleu", "sentencepiece", "matplotlib"):
+    for name in (
+        "fairseq-noising",
+        "ve-fairseq",
+        "hydra-core",
+        "omegaconf",
+        "antlr4-python3-runtime",
+        "numpy",
+        "sacrebleu",
+        "sentencepiece",
+        "matplotlib",
+    ):
         assert name in wheels, f"{name} missing from the manifest"
     assert "torchaudio" not in wheels and "torchaudio" in manifest["left_out"]
     assert wheels["torch"]["role"] == "torch"
@@ -148,10 +182,19 @@ def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_p
     python = venv / "bin" / "python"
 
     probe = subprocess.run(
-        [str(python), "-c", "import importlib.util, fairseq_noising, torch, fairseq; "
-         "print(fairseq_noising.__file__); print(torch.__version__); print(torch.__file__); "
-         "print(importlib.util.find_spec('torchaudio'))"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
+        [
+            str(python),
+            "-c",
+            "import importlib.util, fairseq_noising, torch, fairseq; "
+            "print(fairseq_noising.__file__); print(torch.__version__); print(torch.__file__); "
+            "print(importlib.util.find_spec('torchaudio'))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    )
     plugin_file, torch_version, torch_file, torchaudio = probe.stdout.split()
     assert Path(plugin_file).is_relative_to(venv), plugin_file  # the wheel, not this checkout
     assert torch_version == installed_version("torch")
@@ -169,15 +212,54 @@ def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_p
 
     save_dir = tmp_path / "ckpt"
     train = subprocess.run(
-        [str(venv / "bin" / "fairseq-train"), str(ptb_small_bin),
-         "--user-dir", str(Path(plugin_file).parent),
-         "--task", "noised_language_modeling", "--noise-scheme", "kn", "--noise-gamma", "0.2",
-         "--tokens-per-sample", "35", "--arch", "lstm_lm", "--decoder-embed-dim", "16",
-         "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16",
-         "--cpu", "--num-workers", "0", "--log-format", "simple", "--batch-size", "20",
-         "--required-batch-size-multiple", "1", "--max-update", "3", "--optimizer", "adam",
-         "--lr", "0.001", "--seed", "1", "--no-epoch-checkpoints", "--save-dir", str(save_dir)],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+        [
+            str(venv / "bin" / "fairseq-train"),
+            str(ptb_small_bin),
+            "--user-dir",
+            str(Path(plugin_file).parent),
+            "--task",
+            "noised_language_modeling",
+            "--noise-scheme",
+            "kn",
+            "--noise-gamma",
+            "0.2",
+            "--tokens-per-sample",
+            "35",
+            "--arch",
+            "lstm_lm",
+            "--decoder-embed-dim",
+            "16",
+            "--decoder-hidden-size",
+            "16",
+            "--decoder-out-embed-dim",
+            "16",
+            "--cpu",
+            "--num-workers",
+            "0",
+            "--log-format",
+            "simple",
+            "--batch-size",
+            "20",
+            "--required-batch-size-multiple",
+            "1",
+            "--max-update",
+            "3",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.001",
+            "--seed",
+            "1",
+            "--no-epoch-checkpoints",
+            "--save-dir",
+            str(save_dir),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
     log = train.stdout + train.stderr
     assert train.returncode == 0, log[-5000:]
     assert re.search(r"noising \S+ with kn, gamma_0=0.2", log), log[-3000:]
@@ -187,11 +269,13 @@ def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_p
 
 # ---------------------------------------------------------------- bad input
 
+
 @pytest.fixture
 def bare_python(tmp_path):
     """A virtual environment with nothing in it (not even pip): nothing may land there."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True
+    )
     return tmp_path / "bare" / "bin" / "python"
 
 
@@ -237,15 +321,16 @@ def test_bad_input_stops_with_one_line_before_installing(wheelhouse, bare_python
     assert "lacks the wheel of sacrebleu" in msg, msg
 
     other = "3.12" if PYVER != "3.12" else "3.11"
-    elsewhere = partial_copy(wheelhouse, tmp_path / "other-python",
-                             edit=lambda m: m.update(python_version=other))
+    elsewhere = partial_copy(
+        wheelhouse, tmp_path / "other-python", edit=lambda m: m.update(python_version=other)
+    )
     msg = fails(elsewhere)
     assert f"built for Python {other}" in msg and f"is Python {PYVER}" in msg, msg
 
     def without_torch(m):
         m["wheels"] = [w for w in m["wheels"] if w["role"] == "plugin"]
-    no_torch = partial_copy(wheelhouse, tmp_path / "no-torch", drop={"torch"},
-                            edit=without_torch)
+
+    no_torch = partial_copy(wheelhouse, tmp_path / "no-torch", drop={"torch"}, edit=without_torch)
     msg = fails(no_torch)
     assert "has no torch" in msg and "--with-torch" in msg, msg
 
@@ -255,7 +340,13 @@ def test_bad_input_stops_with_one_line_before_installing(wheelhouse, bare_python
     assert site_contents(bare_python) == empty
 
     # building refuses an unpinned torch (a multi-GB CUDA download) before fetching anything
-    proc = setup_sh("--build-wheelhouse", tmp_path / "wh", "--with-torch", "torch", expect=2,
-                    env=dict(os.environ, PYTHON=sys.executable))
+    proc = setup_sh(
+        "--build-wheelhouse",
+        tmp_path / "wh",
+        "--with-torch",
+        "torch",
+        expect=2,
+        env=dict(os.environ, PYTHON=sys.executable),
+    )
     assert "exact pin" in one_line_error(proc)
     assert not (tmp_path / "wh").exists()

@@ -20,11 +20,11 @@ from fractions import Fraction as F
 
 import numpy as np
 import pytest
-
 from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_task_argv, run_cli
+from oracle import EOS, Oracle, by_id
+
 from fairseq_noising.noiser import _GOLDEN, _mix, position_hashes
 from fairseq_noising.schemes import SCHEMES
-from oracle import EOS, Oracle, by_id
 
 WORDS = ["z", "a", "b", "c", EOS]
 G0 = 0.5
@@ -32,12 +32,18 @@ HAND = {  # scheme: (gamma per word, q per word), in the order of WORDS
     "blank": ([F(1, 2)] * 5, None),
     "uniform": ([F(1, 2)] * 5, [F(1, 5)] * 5),
     "unigram": ([F(1, 2)] * 5, [F(1, 13), F(5, 13), F(3, 13), F(1, 13), F(3, 13)]),
-    "ad": ([F(1, 2), F(3, 10), F(1, 6), F(1, 2), F(1, 2)],
-           [F(1, 13), F(5, 13), F(3, 13), F(1, 13), F(3, 13)]),
-    "kn": ([F(1, 2), F(3, 10), F(1, 6), F(1, 2), F(1, 2)],
-           [F(1, 9), F(3, 9), F(2, 9), F(1, 9), F(2, 9)]),
-    "mkn": ([F(5, 18), F(13, 45), F(1, 2), F(5, 18), F(5, 18)],
-            [F(1, 9), F(3, 9), F(2, 9), F(1, 9), F(2, 9)]),
+    "ad": (
+        [F(1, 2), F(3, 10), F(1, 6), F(1, 2), F(1, 2)],
+        [F(1, 13), F(5, 13), F(3, 13), F(1, 13), F(3, 13)],
+    ),
+    "kn": (
+        [F(1, 2), F(3, 10), F(1, 6), F(1, 2), F(1, 2)],
+        [F(1, 9), F(3, 9), F(2, 9), F(1, 9), F(2, 9)],
+    ),
+    "mkn": (
+        [F(5, 18), F(13, 45), F(1, 2), F(5, 18), F(5, 18)],
+        [F(1, 9), F(3, 9), F(2, 9), F(1, 9), F(2, 9)],
+    ),
 }
 HAND_SPECIAL_EOS = {  # --special-eos: E is never noised and never drawn
     "uniform": [F(1, 4)] * 4 + [0],
@@ -51,8 +57,20 @@ NOISED = [s for s in SCHEMES if s != "none"]
 def hand_bin(tmp_path_factory):
     root = tmp_path_factory.mktemp("hand")
     (root / "train.txt").write_text("z a b a\nb a c\na b a\n", encoding="utf-8")
-    run_cli(["fairseq-preprocess", "--only-source", "--trainpref", root / "train.txt",
-             "--validpref", root / "train.txt", "--destdir", root / "bin", "--workers", "1"])
+    run_cli(
+        [
+            "fairseq-preprocess",
+            "--only-source",
+            "--trainpref",
+            root / "train.txt",
+            "--validpref",
+            root / "train.txt",
+            "--destdir",
+            root / "bin",
+            "--workers",
+            "1",
+        ]
+    )
     return root / "bin"
 
 
@@ -105,7 +123,8 @@ def test_hand_corpus_special_eos(hand_bin, scheme):
     assert per_word(task, s.gamma)[-1] == 0
     oracle = hand_oracle(special={EOS})
     assert [oracle.proposal(scheme).get(w, 0) for w in WORDS] == pytest.approx(
-        HAND_SPECIAL_EOS[scheme], abs=1e-15)
+        HAND_SPECIAL_EOS[scheme], abs=1e-15
+    )
 
 
 # ----------------------------------------------------------------------------------------- PTB
@@ -177,8 +196,13 @@ def test_ptb_noise_is_the_authors_per_word_loop(ptb_bin, ptb_oracle, scheme):
         n = int((x[row] != d.pad()).sum())
         xs, ys = list(words[x[row, :n]]), list(words[y[row, :n]])
         expected_x, expected_y = ptb_oracle.noise(
-            xs, ys, scheme, gamma0, order,
-            lambda j: (fire[row, j], u_context[row, j], u_target[row, j]))
+            xs,
+            ys,
+            scheme,
+            gamma0,
+            order,
+            lambda j, row=row: (fire[row, j], u_context[row, j], u_target[row, j]),
+        )
         got_x = list(words[noised["net_input"]["src_tokens"][row, :n].numpy()])
         got_y = list(words[noised["target"][row, :n].numpy()])
         assert got_x == expected_x, f"row {row}: contexts differ"

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_DIR, REPO, head_lines, require_shared, run_cli
 
 README = REPO / "README.md"
@@ -38,18 +37,36 @@ VENV = str(Path(sys.executable).parent.parent)
 # not listed here fails the test (say here how to shrink it)
 OVERRIDES = {
     "fairseq-preprocess": [],
-    "fairseq-train": ["--max-update", "3", "--max-epoch", "1", "--hidden-size", "16", "--cpu",
-                      "--num-workers", "0", "--seed", "1", "--log-format", "simple"],
+    "fairseq-train": [
+        "--max-update",
+        "3",
+        "--max-epoch",
+        "1",
+        "--hidden-size",
+        "16",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+        "--log-format",
+        "simple",
+    ],
     "fairseq-eval-lm": ["--cpu", "--num-workers", "0"],
     "fairseq-generate": ["--cpu", "--num-workers", "0", "--max-len-a", "0", "--max-len-b", "5"],
     "fairseq-noise-preview": [],
 }
 # what a successful run of the program prints (stdout or stderr)
-EXPECT = {"fairseq-eval-lm": "Perplexity", "fairseq-generate": "BLEU",
-          "fairseq-train": "done training", "fairseq-noise-preview": "noised"}
+EXPECT = {
+    "fairseq-eval-lm": "Perplexity",
+    "fairseq-generate": "BLEU",
+    "fairseq-train": "done training",
+    "fairseq-noise-preview": "noised",
+}
 
 
 # ---------------------------------------------------------------- reading the README
+
 
 def bash_blocks(text):
     """The bodies of the ```bash fenced blocks of a markdown text."""
@@ -93,13 +110,19 @@ def flag_values(args):
 
 
 def training_command(commands, task):
-    found = [c for c in commands if c[0] == "fairseq-train" and not is_elided(c)
-             and flag_values(c).get("--task") == task]
-    assert len(found) == 1, f"expected one full fairseq-train --task {task} command in README.md, got {found}"
+    found = [
+        c
+        for c in commands
+        if c[0] == "fairseq-train" and not is_elided(c) and flag_values(c).get("--task") == task
+    ]
+    assert len(found) == 1, (
+        f"expected one full fairseq-train --task {task} command in README.md, got {found}"
+    )
     return found[0]
 
 
 # ---------------------------------------------------------------- running them
+
 
 def tiny_raw_data(cwd: Path):
     """Tiny slices of PTB and Multi30k under the file names of the README's preprocess commands."""
@@ -117,7 +140,8 @@ def tiny_command(args):
     prog = args[0]
     assert prog in OVERRIDES, (
         f"README.md runs {prog}, which tests/test_readme_commands.py does not know how to shrink: "
-        "add it to OVERRIDES")
+        "add it to OVERRIDES"
+    )
     out = list(args)
     for i, a in enumerate(out[:-1]):
         if a == "--user-dir" and out[i + 1] == "fairseq_noising":
@@ -138,16 +162,20 @@ def run_readme(text, cwd: Path):
         try:
             proc = run_cli(cmd, cwd=cwd, env=env, timeout=300)
         except AssertionError as e:
-            raise AssertionError(f"README command failed: {shlex.join(args)}\nran as: {shlex.join(cmd)}\n{e}") from None
+            raise AssertionError(
+                f"README command failed: {shlex.join(args)}\nran as: {shlex.join(cmd)}\n{e}"
+            ) from None
         output = proc.stdout + proc.stderr
         expected = EXPECT.get(args[0])
         assert expected is None or expected in output, (
-            f"README command printed no {expected!r}: {shlex.join(args)}\n{output[-3000:]}")
+            f"README command printed no {expected!r}: {shlex.join(args)}\n{output[-3000:]}"
+        )
         timings.append((shlex.join(args[:2]), time.perf_counter() - start))
     return timings
 
 
 # ---------------------------------------------------------------- tests
+
 
 def test_readme_has_the_commands_this_test_runs():
     commands = readme_commands(README.read_text(encoding="utf-8"))
@@ -179,17 +207,34 @@ def test_elided_snippets_agree_with_a_full_command():
     full = [flag_values(c) for c in commands if not is_elided(c)]
     for snippet in elided:
         want = flag_values([a for a in snippet if a != "..."])
-        assert any(all(f.get(k, "<missing>") == v for k, v in want.items()) for f in full), shlex.join(snippet)
+        assert any(all(f.get(k, "<missing>") == v for k, v in want.items()) for f in full), (
+            shlex.join(snippet)
+        )
 
 
 def recipe_dry_run(name, tmp_path, **env):
-    full_env = dict(os.environ, VENV=VENV, DEVICE="cpu", WORK=str(tmp_path / "work"),
-                    RESULTS_DIR=str(tmp_path / "results"), **env)
-    proc = subprocess.run(["bash", str(REPO / "recipes" / name), "--dry-run"], capture_output=True,
-                          text=True, env=full_env, cwd=REPO, timeout=120)
+    full_env = dict(
+        os.environ,
+        VENV=VENV,
+        DEVICE="cpu",
+        WORK=str(tmp_path / "work"),
+        RESULTS_DIR=str(tmp_path / "results"),
+        **env,
+    )
+    proc = subprocess.run(
+        ["bash", str(REPO / "recipes" / name), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [shlex.split(line[2:]) for line in proc.stdout.splitlines()
-            if line.startswith("+ ") and "fairseq-train" in line]
+    return [
+        shlex.split(line[2:])
+        for line in proc.stdout.splitlines()
+        if line.startswith("+ ") and "fairseq-train" in line
+    ]
 
 
 def same_value(a, b):
@@ -201,17 +246,27 @@ def same_value(a, b):
         return False
 
 
-@pytest.mark.parametrize("task,recipe", [("noised_language_modeling", "ptb.sh"),
-                                         ("noised_translation", "multi30k.sh")])
+@pytest.mark.parametrize(
+    "task,recipe", [("noised_language_modeling", "ptb.sh"), ("noised_translation", "multi30k.sh")]
+)
 @pytest.mark.slow
 def test_readme_training_commands_match_the_recipes(task, recipe, tmp_path):
     """Every flag of the README's training command has the value the recipe passes (apart from
     where things go: data, plugin and save folders)."""
-    readme = flag_values(training_command(readme_commands(README.read_text(encoding="utf-8")), task))
+    readme = flag_values(
+        training_command(readme_commands(README.read_text(encoding="utf-8")), task)
+    )
     runs = [flag_values(c) for c in recipe_dry_run(recipe, tmp_path)]
-    run = next((r for r in runs if r.get("--noise-scheme") == readme["--noise-scheme"]
-                and same_value(r.get("--noise-gamma"), readme["--noise-gamma"])
-                and r.get("--noise-side", "both") == "both"), None)
+    run = next(
+        (
+            r
+            for r in runs
+            if r.get("--noise-scheme") == readme["--noise-scheme"]
+            and same_value(r.get("--noise-gamma"), readme["--noise-gamma"])
+            and r.get("--noise-side", "both") == "both"
+        ),
+        None,
+    )
     assert run is not None, f"recipes/{recipe} --dry-run trains no model like the README's: {runs}"
     for flag, value in readme.items():
         if flag in ("--user-dir", "--save-dir"):
@@ -227,8 +282,10 @@ def test_readme_commands_run(tmp_path):
     # the training commands wrote the checkpoints the evaluation commands read
     assert list(tmp_path.glob("checkpoints/*/checkpoint_best.pt"))
     assert (tmp_path / "data-bin" / "ptb" / "dict.txt").exists()
-    print(f"README commands ran in {time.perf_counter() - start:.1f} s:",
-          ", ".join(f"{c} {s:.1f} s" for c, s in timings))
+    print(
+        f"README commands ran in {time.perf_counter() - start:.1f} s:",
+        ", ".join(f"{c} {s:.1f} s" for c, s in timings),
+    )
 
 
 @pytest.mark.slow
@@ -239,10 +296,13 @@ def test_a_broken_readme_command_fails(tmp_path):
     lm = training_command(readme_commands(text), "noised_language_modeling")
     assert "--stateful-bptt" in lm
     # plant the bug in the fairseq-train block only (fairseq-eval-lm takes the flag too)
-    blocks = [b for b in bash_blocks(text) if "fairseq-train" in b and "noised_language_modeling" in b
-              and "..." not in b]
+    blocks = [
+        b
+        for b in bash_blocks(text)
+        if "fairseq-train" in b and "noised_language_modeling" in b and "..." not in b
+    ]
     assert len(blocks) == 1
-    train_part = blocks[0][blocks[0].index("fairseq-train"):]
+    train_part = blocks[0][blocks[0].index("fairseq-train") :]
     broken_part = train_part.replace("--stateful-bptt", "--stateful-tbptt", 1)
     broken = text.replace(blocks[0], blocks[0].replace(train_part, broken_part, 1), 1)
     assert broken != text

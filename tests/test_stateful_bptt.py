@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from conftest import PLUGIN_DIR, build_task, run_cli
+
 from fairseq_noising.data.stateful_bptt_dataset import StatefulBPTTDataset
 
 
@@ -23,7 +23,10 @@ def test_row_r_of_batch_i_plus_one_continues_row_r_of_batch_i():
         np.testing.assert_array_equal(contexts[r].numpy(), row[:-1])
         np.testing.assert_array_equal(targets[r].numpy(), row[1:])
     assert batches[-1]["net_input"]["src_tokens"].size(1) == row_length - 7 * (len(dataset) - 1)
-    assert all(b["target"].is_contiguous() and b["net_input"]["src_tokens"].is_contiguous() for b in batches)
+    assert all(
+        b["target"].is_contiguous() and b["net_input"]["src_tokens"].is_contiguous()
+        for b in batches
+    )
     ids = torch.cat([b["id"] for b in batches])
     assert ids.unique().numel() == ids.numel(), "example ids must be unique (they key the noise)"
 
@@ -32,7 +35,9 @@ def test_two_ranks_own_disjoint_rows_that_cover_the_stream():
     stream = np.arange(500)
     ranks = [StatefulBPTTDataset(stream, 6, np.arange(3 * k, 3 * k + 3), 5) for k in (0, 1)]
     whole = StatefulBPTTDataset(stream, 6, np.arange(6), 5)
-    np.testing.assert_array_equal(torch.cat([r.contexts for r in ranks]).numpy(), whole.contexts.numpy())
+    np.testing.assert_array_equal(
+        torch.cat([r.contexts for r in ranks]).numpy(), whole.contexts.numpy()
+    )
     for i in range(len(whole)):
         ids = [set(r.collater([r[i]])["id"].tolist()) for r in ranks]
         assert not ids[0] & ids[1]
@@ -40,9 +45,27 @@ def test_two_ranks_own_disjoint_rows_that_cover_the_stream():
 
 
 def stateful_argv(data, *extra):
-    return [data, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling", "--stateful-bptt",
-            "--arch", "noising_lstm_lm_small", "--hidden-size", "16", "--tokens-per-sample", "35",
-            "--batch-size", "5", "--noise-scheme", "kn", "--noise-gamma", "0.3", *extra]
+    return [
+        data,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--task",
+        "noised_language_modeling",
+        "--stateful-bptt",
+        "--arch",
+        "noising_lstm_lm_small",
+        "--hidden-size",
+        "16",
+        "--tokens-per-sample",
+        "35",
+        "--batch-size",
+        "5",
+        "--noise-scheme",
+        "kn",
+        "--noise-gamma",
+        "0.3",
+        *extra,
+    ]
 
 
 class BackwardOnly:
@@ -95,7 +118,9 @@ def test_carried_state_equals_one_long_forward(ptb_small_bin):
     with torch.no_grad():
         out1 = model(**task.carrier.inject(b1, "eval")["net_input"])[0]
         out2 = model(**task.carrier.inject(b2, "eval")["net_input"])[0]
-        whole = model(torch.cat([b1["net_input"]["src_tokens"], b2["net_input"]["src_tokens"]], 1))[0]
+        whole = model(torch.cat([b1["net_input"]["src_tokens"], b2["net_input"]["src_tokens"]], 1))[
+            0
+        ]
     torch.testing.assert_close(torch.cat([out1, out2], 1), whole, atol=1e-5, rtol=1e-5)
 
 
@@ -126,14 +151,44 @@ def perplexity(output):
 def test_stateful_evaluation_beats_block_by_block_on_one_checkpoint(ptb_small_bin, tmp_path):
     save = tmp_path / "ckpt"
     run_cli(
-        ["fairseq-train", *stateful_argv(ptb_small_bin, "--hidden-size", "64", "--batch-size", "20"),
-         "--optimizer", "sgd", "--lr", "1.0", "--clip-norm", "5", "--sentence-avg", "--max-epoch", "2",
-         "--cpu", "--num-workers", "0", "--log-format", "simple", "--save-dir", save,
-         "--no-epoch-checkpoints", "--disable-validation"]
+        [
+            "fairseq-train",
+            *stateful_argv(ptb_small_bin, "--hidden-size", "64", "--batch-size", "20"),
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "1.0",
+            "--clip-norm",
+            "5",
+            "--sentence-avg",
+            "--max-epoch",
+            "2",
+            "--cpu",
+            "--num-workers",
+            "0",
+            "--log-format",
+            "simple",
+            "--save-dir",
+            save,
+            "--no-epoch-checkpoints",
+            "--disable-validation",
+        ]
     )
-    evaluate = ["fairseq-eval-lm", ptb_small_bin, "--user-dir", PLUGIN_DIR, "--task",
-                "noised_language_modeling", "--path", save / "checkpoint_last.pt", "--gen-subset", "valid",
-                "--tokens-per-sample", "35", "--cpu"]
+    evaluate = [
+        "fairseq-eval-lm",
+        ptb_small_bin,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--task",
+        "noised_language_modeling",
+        "--path",
+        save / "checkpoint_last.pt",
+        "--gen-subset",
+        "valid",
+        "--tokens-per-sample",
+        "35",
+        "--cpu",
+    ]
     stateful = run_cli(evaluate + ["--stateful-bptt", "--batch-size", "1"])
     stateless = run_cli(evaluate + ["--batch-size", "20"])
     ppl_stateful = perplexity(stateful.stderr + stateful.stdout)

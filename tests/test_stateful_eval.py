@@ -24,10 +24,10 @@ import types
 import numpy as np
 import pytest
 import torch
-
 from conftest import PLUGIN_DIR, PTB_TINY_LINES, build_task, run_cli
-from fairseq import checkpoint_utils, options
+from fairseq import checkpoint_utils
 from fairseq.data import Dictionary, data_utils
+
 from fairseq_noising.data.stateful_bptt_dataset import StatefulBPTTDataset
 
 LINES = PTB_TINY_LINES
@@ -55,18 +55,58 @@ def stream_of(tiny, split):
 
 
 def train_argv(data, *extra):
-    return [data, "--user-dir", PLUGIN_DIR, "--task", "noised_language_modeling", "--stateful-bptt",
-            "--arch", "noising_lstm_lm_small", "--hidden-size", 16, "--tokens-per-sample", 35,
-            "--batch-size", 5, "--noise-scheme", "none", "--optimizer", "sgd", "--lr", 1.0,
-            "--clip-norm", 5, "--cpu", "--num-workers", 0, "--seed", 1, *extra]
+    return [
+        data,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--task",
+        "noised_language_modeling",
+        "--stateful-bptt",
+        "--arch",
+        "noising_lstm_lm_small",
+        "--hidden-size",
+        16,
+        "--tokens-per-sample",
+        35,
+        "--batch-size",
+        5,
+        "--noise-scheme",
+        "none",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        1.0,
+        "--clip-norm",
+        5,
+        "--cpu",
+        "--num-workers",
+        0,
+        "--seed",
+        1,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tiny, tmp_path_factory):
     save = tmp_path_factory.mktemp("stateful_eval_ckpt")
-    run_cli(["fairseq-train", *train_argv(tiny["bin"]), "--max-epoch", 1, "--valid-subset",
-             "valid,test", "--batch-size-valid", 3, "--log-format", "json", "--save-dir", save,
-             "--no-epoch-checkpoints"])
+    run_cli(
+        [
+            "fairseq-train",
+            *train_argv(tiny["bin"]),
+            "--max-epoch",
+            1,
+            "--valid-subset",
+            "valid,test",
+            "--batch-size-valid",
+            3,
+            "--log-format",
+            "json",
+            "--save-dir",
+            save,
+            "--no-epoch-checkpoints",
+        ]
+    )
     return save / "checkpoint_last.pt"
 
 
@@ -129,10 +169,29 @@ def test_validation_scores_every_token_but_the_first_exactly_once(tiny, checkpoi
 
 
 def eval_lm(tiny, checkpoint, rows, subset="valid"):
-    return run_cli(["fairseq-eval-lm", tiny["bin"], "--user-dir", PLUGIN_DIR, "--task",
-                    "noised_language_modeling", "--path", checkpoint, "--gen-subset", subset,
-                    "--stateful-bptt", "--batch-size", rows, "--tokens-per-sample", 35, "--cpu",
-                    "--num-workers", 0, "--output-word-probs"])
+    return run_cli(
+        [
+            "fairseq-eval-lm",
+            tiny["bin"],
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "noised_language_modeling",
+            "--path",
+            checkpoint,
+            "--gen-subset",
+            subset,
+            "--stateful-bptt",
+            "--batch-size",
+            rows,
+            "--tokens-per-sample",
+            35,
+            "--cpu",
+            "--num-workers",
+            0,
+            "--output-word-probs",
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -162,8 +221,9 @@ def test_each_valid_subset_starts_from_a_zero_state(tiny, checkpoint, monkeypatc
     --valid-subset valid,test in turn: the test loss must be the one test gives alone."""
     from fairseq_cli.train import validate
 
-    trainer, task, cfg = build_trainer(tiny, checkpoint, "--batch-size-valid", 3,
-                                       "--log-format", "json")
+    trainer, task, cfg = build_trainer(
+        tiny, checkpoint, "--batch-size-valid", 3, "--log-format", "json"
+    )
     recorded = []
     valid_step = task.valid_step
 
@@ -183,9 +243,10 @@ def test_each_valid_subset_starts_from_a_zero_state(tiny, checkpoint, monkeypatc
     assert len(both) == len(valid) + len(test)
     assert both[: len(valid)] == valid
     # the same batches from the same zero state: equal up to float rounding (in fact bit-equal)
-    assert [s for _, s in both[len(valid):]] == [s for _, s in test]
-    torch.testing.assert_close([l for l, _ in both[len(valid):]], [l for l, _ in test],
-                               rtol=1e-6, atol=0.0)
+    assert [s for _, s in both[len(valid) :]] == [s for _, s in test]
+    torch.testing.assert_close(
+        [l for l, _ in both[len(valid) :]], [l for l, _ in test], rtol=1e-6, atol=0.0
+    )
 
     # not vacuous: starting test from the state that valid leaves changes the test loss
     left_by_valid = task.carrier.states["eval"]
@@ -205,9 +266,27 @@ def validate_cli(tiny, checkpoint, subsets):
     """fairseq-validate's per-subset stats. Its task settings come from the checkpoint, so the
     rows are the training run's --batch-size-valid 3 (its own --batch-size is required but does
     not change them)."""
-    proc = run_cli(["fairseq-validate", tiny["bin"], "--user-dir", PLUGIN_DIR, "--task",
-                    "noised_language_modeling", "--path", checkpoint, "--valid-subset", subsets,
-                    "--batch-size", 3, "--cpu", "--num-workers", 0, "--log-format", "json"])
+    proc = run_cli(
+        [
+            "fairseq-validate",
+            tiny["bin"],
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "noised_language_modeling",
+            "--path",
+            checkpoint,
+            "--valid-subset",
+            subsets,
+            "--batch-size",
+            3,
+            "--cpu",
+            "--num-workers",
+            0,
+            "--log-format",
+            "json",
+        ]
+    )
     stats = {}
     for line in (proc.stdout + proc.stderr).splitlines():
         found = re.search(r"\| (valid|test) \| (\{.*\})$", line)

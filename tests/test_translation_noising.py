@@ -47,12 +47,12 @@ from fractions import Fraction as F
 
 import numpy as np
 import pytest
-
 from conftest import PLUGIN_DIR, build_task, run_cli
+from oracle import Oracle, by_id
+
 from fairseq_noising.noiser import _GOLDEN, _mix, position_hashes
 from fairseq_noising.schemes import REGISTRY
 from fairseq_noising.tasks.noised_translation import SOURCE_SIDE, TARGET_SIDE
-from oracle import Oracle, by_id
 
 pytestmark = pytest.mark.slow  # tasks over binarized Multi30k and hand corpora
 
@@ -80,9 +80,26 @@ SEED, EPOCH = 5, 3
 
 
 def mt_argv(data, scheme, gamma, *extra):
-    return [data, "--user-dir", PLUGIN_DIR, "--task", "noised_translation", "--arch", "lstm",
-            "-s", "en", "-t", "de", "--noise-scheme", scheme, "--noise-gamma", gamma,
-            "--seed", SEED, *extra]
+    return [
+        data,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--task",
+        "noised_translation",
+        "--arch",
+        "lstm",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--noise-scheme",
+        scheme,
+        "--noise-gamma",
+        gamma,
+        "--seed",
+        SEED,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +123,21 @@ def hand_mt(tmp_path_factory):
     root = tmp_path_factory.mktemp("hand_mt")
     for lang, lines in (("en", SOURCE), ("de", TARGET)):
         (root / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run_cli(["fairseq-preprocess", "--source-lang", "en", "--target-lang", "de",
-             "--trainpref", root / "train", "--destdir", root / "bin", "--workers", "1"])
+    run_cli(
+        [
+            "fairseq-preprocess",
+            "--source-lang",
+            "en",
+            "--target-lang",
+            "de",
+            "--trainpref",
+            root / "train",
+            "--destdir",
+            root / "bin",
+            "--workers",
+            "1",
+        ]
+    )
     return root / "bin"
 
 
@@ -120,14 +150,18 @@ def sentences(path):
 def m30k_oracles(multi30k_small_bin):
     """The oracle of each side of the small Multi30k slice, from the raw text it was binarized from."""
     raw = multi30k_small_bin.parent / "raw"
-    return {"source": Oracle.from_sentences(sentences(raw / "train.en")),
-            "target": Oracle.from_sentences(sentences(raw / "train.de"))}
+    return {
+        "source": Oracle.from_sentences(sentences(raw / "train.en")),
+        "target": Oracle.from_sentences(sentences(raw / "train.de")),
+    }
 
 
 def side_schemes(task):
     wrapper = task.dataset("train")
-    return {"source": (task.src_dict, wrapper.source_noiser.scheme),
-            "target": (task.tgt_dict, wrapper.target_noiser.scheme)}
+    return {
+        "source": (task.src_dict, wrapper.source_noiser.scheme),
+        "target": (task.tgt_dict, wrapper.target_noiser.scheme),
+    }
 
 
 def uniforms_of(ids, width, side, seed=SEED, epoch=EPOCH):
@@ -161,8 +195,9 @@ def field(batch, key):
 # ---------------------------------------------------------------- target pairs (kn), source side
 
 
-def test_kn_target_is_replaced_exactly_where_its_context_fired(tasks, multi30k_small_bin,
-                                                                m30k_oracles):
+def test_kn_target_is_replaced_exactly_where_its_context_fired(
+    tasks, multi30k_small_bin, m30k_oracles
+):
     """Target side, kn: token for token the authors' per-word loop over (prev_output, target)
     with target statistics; target[k] changes only where prev_output[k] fired, and it is redrawn
     at every fired k whose target is not </s>."""
@@ -183,8 +218,13 @@ def test_kn_target_is_replaced_exactly_where_its_context_fired(tasks, multi30k_s
         assert (prev[row, :n] != d.pad()).all() and prev[row, 0] == d.eos()  # right-padded
         xs, ys = list(words[prev[row, :n]]), list(words[target[row, :n]])
         expected_x, expected_y = oracle.noise(
-            xs, ys, "kn", G0, list(words),
-            lambda j: (fire[row, j], u_context[row, j], u_target[row, j]))
+            xs,
+            ys,
+            "kn",
+            G0,
+            list(words),
+            lambda j, row=row: (fire[row, j], u_context[row, j], u_target[row, j]),
+        )
         assert list(words[prev_n[row, :n]]) == expected_x, f"row {row}: contexts differ"
         assert list(words[target_n[row, :n]]) == expected_y, f"row {row}: targets differ"
 
@@ -204,8 +244,9 @@ def test_kn_target_is_replaced_exactly_where_its_context_fired(tasks, multi30k_s
     assert (fired & (target == d.eos())).sum() > 50
 
 
-def test_source_is_noised_as_context_with_source_statistics(tasks, multi30k_small_bin,
-                                                            m30k_oracles):
+def test_source_is_noised_as_context_with_source_statistics(
+    tasks, multi30k_small_bin, m30k_oracles
+):
     """Source side, kn: token for token the authors' loop over the source sentence with the
     source sentences' gamma and q (its own random stream); only the context is noised."""
     task = tasks(multi30k_small_bin, "kn")
@@ -219,8 +260,14 @@ def test_source_is_noised_as_context_with_source_statistics(tasks, multi30k_smal
     for row in range(src.shape[0]):
         tokens = src[row][src[row] != d.pad()]  # left-padded: position j inside the sentence
         xs = list(words[tokens])
-        expected, _ = oracle.noise(xs, xs, "kn", G0, list(words),
-                                   lambda j: (fire[row, j], u_context[row, j], u_target[row, j]))
+        expected, _ = oracle.noise(
+            xs,
+            xs,
+            "kn",
+            G0,
+            list(words),
+            lambda j, row=row: (fire[row, j], u_context[row, j], u_target[row, j]),
+        )
         got = src_n[row][src[row] != d.pad()]
         assert list(words[got]) == expected, f"row {row}: source differs"
         fired += sum(fire[row, j] < oracle.gamma("kn", G0, w) for j, w in enumerate(xs))
@@ -239,8 +286,11 @@ def test_eos_and_padding_are_never_noised_drawn_or_replaced(tasks, multi30k_smal
     gamma0 = 0.8
     task = tasks(multi30k_small_bin, scheme, gamma0)
     clean, noised, details = clean_and_noised(task)
-    for key, d in (("src_tokens", task.src_dict), ("prev_output_tokens", task.tgt_dict),
-                   ("target", task.tgt_dict)):
+    for key, d in (
+        ("src_tokens", task.src_dict),
+        ("prev_output_tokens", task.tgt_dict),
+        ("target", task.tgt_dict),
+    ):
         a, b = field(clean, key), field(noised, key)
         for symbol in (d.eos(), d.pad()):
             np.testing.assert_array_equal(b == symbol, a == symbol, err_msg=f"{key}, {d[symbol]}")
@@ -270,8 +320,10 @@ def test_hand_corpus_shared_word_gets_each_sides_own_gamma_and_q(tasks, hand_mt,
     (the values worked in this module's docstring), and the oracle agrees."""
     task = tasks(hand_mt, scheme)
     schemes = side_schemes(task)
-    oracles = {"source": Oracle.from_sentences(w.split() for w in SOURCE),
-               "target": Oracle.from_sentences(w.split() for w in TARGET)}
+    oracles = {
+        "source": Oracle.from_sentences(w.split() for w in SOURCE),
+        "target": Oracle.from_sentences(w.split() for w in TARGET),
+    }
     # the shared word has different ids on the two sides (a sides mix-up cannot hide)
     assert task.src_dict.index("x") != task.tgt_dict.index("x")
     for side in ("source", "target"):
@@ -282,7 +334,9 @@ def test_hand_corpus_shared_word_gets_each_sides_own_gamma_and_q(tasks, hand_mt,
             assert s.gamma[i] == pytest.approx(float(gamma), abs=1e-12), (side, word)
             assert oracles[side].gamma(scheme, G0, word) == pytest.approx(float(gamma), abs=1e-15)
             assert s.proposal[i] == pytest.approx(float(q), abs=1e-12), (side, word)
-            assert oracles[side].proposal(scheme).get(word, 0.0) == pytest.approx(float(q), abs=1e-15)
+            assert oracles[side].proposal(scheme).get(word, 0.0) == pytest.approx(
+                float(q), abs=1e-15
+            )
     # spelled out for kn: x is noised with 1/2 in the source, 1/7 in the target
     if scheme == "kn":
         (sd, ss), (td, ts) = schemes["source"], schemes["target"]
@@ -299,8 +353,10 @@ def test_each_side_equals_the_oracle_of_its_own_sentences(tasks, request, corpus
     sentences (to 1e-12); special symbols get 0, <unk> is an ordinary word."""
     if corpus == "hand":
         data = request.getfixturevalue("hand_mt")
-        oracles = {"source": Oracle.from_sentences(w.split() for w in SOURCE),
-                   "target": Oracle.from_sentences(w.split() for w in TARGET)}
+        oracles = {
+            "source": Oracle.from_sentences(w.split() for w in SOURCE),
+            "target": Oracle.from_sentences(w.split() for w in TARGET),
+        }
     else:
         data = request.getfixturevalue("multi30k_small_bin")
         oracles = request.getfixturevalue("m30k_oracles")

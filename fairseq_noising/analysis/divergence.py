@@ -41,7 +41,9 @@ def reference_log_probs(unigram_counts, support: np.ndarray):
     return log_uniform, log_unigram
 
 
-def kl_on_support(log_p: torch.Tensor, support: torch.Tensor, log_q: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def kl_on_support(
+    log_p: torch.Tensor, support: torch.Tensor, log_q: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """D(p_R || q) per row and the mass of p outside the support.
 
     ``log_p`` [N, V] holds log-probabilities over the full dictionary, ``support`` a bool [V] or
@@ -54,7 +56,9 @@ def kl_on_support(log_p: torch.Tensor, support: torch.Tensor, log_q: torch.Tenso
     log_p_r = restricted - log_mass
     p_r = log_p_r.exp()
     # 0 log 0 = 0: where p_R underflows to 0 the term vanishes
-    terms = torch.where(p_r > 0, p_r * (log_p_r - log_q.double().to(log_p.device)), torch.zeros_like(p_r))
+    terms = torch.where(
+        p_r > 0, p_r * (log_p_r - log_q.double().to(log_p.device)), torch.zeros_like(p_r)
+    )
     return terms.sum(-1), (-log_mass.squeeze(-1).exp()).add(1.0).clamp_min(0.0)
 
 

@@ -111,7 +111,7 @@ def read_log(path: str, subset: str = "valid") -> RunLog:
 def ppl_from_best(best: float, metric: str) -> float:
     """Perplexity from a checkpoint's best ``--best-checkpoint-metric`` value."""
     if metric in ("loss", "nll_loss"):
-        return float(2.0 ** best)
+        return float(2.0**best)
     if metric == "ppl":
         return float(best)
     raise ValueError(f"cannot turn the best {metric} into a perplexity")

@@ -24,7 +24,7 @@ def _prefixed(stream, eos: int) -> np.ndarray:
 
 
 def _check_vocab(vocab_size: int) -> None:
-    if vocab_size ** 3 >= 2 ** 63:
+    if vocab_size**3 >= 2**63:
         raise ValueError(f"a vocabulary of {vocab_size} types is too large for packed trigram keys")
 
 

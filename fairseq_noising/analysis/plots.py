@@ -6,8 +6,8 @@ from typing import Dict, List, Sequence, Tuple
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 
 def _save(fig, path: str) -> str:
@@ -35,16 +35,26 @@ def _bar_pairs(labels, first, second, names, ylabel, path, log=False) -> str:
     return _save(fig, path)
 
 
-def kl_bars(labels: Sequence[str], uniform: Sequence[float], unigram: Sequence[float], path: str) -> str:
+def kl_bars(
+    labels: Sequence[str], uniform: Sequence[float], unigram: Sequence[float], path: str
+) -> str:
     """Figure 3: mean KL to the uniform and unigram distributions, one bar pair per model."""
-    return _bar_pairs(labels, uniform, unigram, ("uniform", "unigram"),
-                      "mean KL divergence (nats)", path)
+    return _bar_pairs(
+        labels, uniform, unigram, ("uniform", "unigram"), "mean KL divergence (nats)", path
+    )
 
 
 def unseen_bars(labels, bigram_ppl, trigram_ppl, path: str) -> str:
     """Table 6 as a figure: perplexity of the last token of unseen bigrams and trigrams."""
-    return _bar_pairs(labels, bigram_ppl, trigram_ppl, ("unseen bigrams", "unseen trigrams"),
-                      "perplexity of the last token", path, log=True)
+    return _bar_pairs(
+        labels,
+        bigram_ppl,
+        trigram_ppl,
+        ("unseen bigrams", "unseen trigrams"),
+        "perplexity of the last token",
+        path,
+        log=True,
+    )
 
 
 def sweep_lines(series: Dict[str, List[Tuple[float, float]]], path: str) -> str:
@@ -75,7 +85,15 @@ def curves(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]], path: str
             ax.plot(es, [train[e] for e in es], ls="--", color=color, label=f"{label} train")
         if valid:
             es = sorted(valid)
-            ax.plot(es, [valid[e] for e in es], ls="-", marker="o", ms=3, color=color, label=f"{label} valid")
+            ax.plot(
+                es,
+                [valid[e] for e in es],
+                ls="-",
+                marker="o",
+                ms=3,
+                color=color,
+                label=f"{label} valid",
+            )
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel("perplexity")

@@ -97,7 +97,10 @@ class ExpectedCounts:
             self.clean_keys % v, weights=self.clean_counts * noisable[ca], minlength=v
         )
         clean = lookup(self.clean_keys, self.clean_counts, keys)
-        return np.where(noisable[a], 1.0 - gamma0, 1.0) * clean + gamma0 * self.proposal[a] * c_prime[b]
+        return (
+            np.where(noisable[a], 1.0 - gamma0, 1.0) * clean
+            + gamma0 * self.proposal[a] * c_prime[b]
+        )
 
 
 def compare(expected: np.ndarray, observed_mean: np.ndarray, draws: int, min_expected: float):

@@ -14,7 +14,7 @@ from typing import Dict, Optional
 
 import torch
 
-from ..noiser import Noiser, NoisedTokens, positions_in_example
+from ..noiser import NoisedTokens, Noiser, positions_in_example
 
 
 def _noise(noiser: Noiser, context: torch.Tensor, target: Optional[torch.Tensor], ids, epoch, pad):
@@ -34,7 +34,9 @@ def noise_lm_batch(batch: dict, noiser: Noiser, epoch: int, pad: int):
     """Noised copy of a language-modeling batch, and ``{"target": NoisedTokens}``."""
     if not batch or "net_input" not in batch:
         return batch, {}
-    result = _noise(noiser, batch["net_input"]["src_tokens"], batch["target"], batch["id"], epoch, pad)
+    result = _noise(
+        noiser, batch["net_input"]["src_tokens"], batch["target"], batch["id"], epoch, pad
+    )
     out = _with_net_input(batch)
     out["net_input"]["src_tokens"] = torch.from_numpy(result.context)
     out["target"] = torch.from_numpy(result.target)
@@ -54,7 +56,9 @@ def noise_translation_batch(
     out = _with_net_input(batch)
     details: Dict[str, NoisedTokens] = {}
     if source_noiser is not None:
-        result = _noise(source_noiser, batch["net_input"]["src_tokens"], None, batch["id"], epoch, pad)
+        result = _noise(
+            source_noiser, batch["net_input"]["src_tokens"], None, batch["id"], epoch, pad
+        )
         out["net_input"]["src_tokens"] = torch.from_numpy(result.context)
         details["source"] = result
     if target_noiser is not None and batch.get("target") is not None:

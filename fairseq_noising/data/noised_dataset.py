@@ -52,7 +52,9 @@ class NoisedDataset(BaseWrapperDataset):
         epoch = self.epoch if epoch is None else epoch
         if self.layout == "lm":
             return noise_lm_batch(batch, self.noiser, epoch, self.pad)
-        return noise_translation_batch(batch, self.source_noiser, self.target_noiser, epoch, self.pad)
+        return noise_translation_batch(
+            batch, self.source_noiser, self.target_noiser, epoch, self.pad
+        )
 
     def collater(self, samples):
         return self.noise_batch(self.dataset.collater(samples))[0]

@@ -20,12 +20,12 @@ from fairseq.data import FairseqDataset
 
 class StatefulBPTTDataset(FairseqDataset):
     """Args:
-        tokens: the whole split as one int64 stream.
-        num_rows: rows over all ranks (batch size x data-parallel world size).
-        row_ids: the rows of this process (a contiguous range for rank k).
-        block_size: time steps per batch (``--tokens-per-sample``).
-        pad: evaluation: pad the stream's end with this index instead of dropping its last
-            tokens (``ntokens`` then counts the non-pad targets).
+    tokens: the whole split as one int64 stream.
+    num_rows: rows over all ranks (batch size x data-parallel world size).
+    row_ids: the rows of this process (a contiguous range for rank k).
+    block_size: time steps per batch (``--tokens-per-sample``).
+    pad: evaluation: pad the stream's end with this index instead of dropping its last
+        tokens (``ntokens`` then counts the non-pad targets).
     """
 
     def __init__(self, tokens, num_rows, row_ids, block_size, pad=None):

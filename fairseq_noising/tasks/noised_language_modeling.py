@@ -18,8 +18,8 @@ from ..errors import NoisingError
 from ..fairseq_compat import ordered_batch_iterator, takes_initial_state
 from ..noiser import Noiser
 from ..stats_cache import read_token_stream
-from .state_carrier import InjectingIterator, StateCarrier
 from . import noising_config as noising
+from .state_carrier import InjectingIterator, StateCarrier
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +94,12 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         raw = None
         if is_train:
             prefix = self._split_prefix(split, epoch)
-            raw = noising.load_split(prefix, self.dictionary, self.args.dataset_impl, "training split")
-        elif not indexed_dataset.dataset_exists(self._split_prefix(split, 1), impl=self.args.dataset_impl):
+            raw = noising.load_split(
+                prefix, self.dictionary, self.args.dataset_impl, "training split"
+            )
+        elif not indexed_dataset.dataset_exists(
+            self._split_prefix(split, 1), impl=self.args.dataset_impl
+        ):
             raise NoisingError(
                 f"{split} split {self._split_prefix(split, 1)}.bin/.idx is missing "
                 "(run fairseq-preprocess with --validpref/--testpref, or pass --valid-subset)"
@@ -103,7 +107,9 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         if self.carrier is not None:
             if raw is None:
                 prefix = self._split_prefix(split, 1)
-                raw = noising.load_split(prefix, self.dictionary, self.args.dataset_impl, f"{split} split")
+                raw = noising.load_split(
+                    prefix, self.dictionary, self.args.dataset_impl, f"{split} split"
+                )
             self.datasets[split] = self._stateful_dataset(raw, is_train)
         else:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
@@ -144,11 +150,16 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             # --batch-size; default 1): every token but the first of each row keeps its whole
             # left context. Every rank evaluates the whole split. The end of the stream is
             # padded, not dropped: every token but the split's first is scored exactly once.
-            num_rows = int(getattr(self.args, "batch_size_valid", None) or self.args.batch_size or 1)
+            num_rows = int(
+                getattr(self.args, "batch_size_valid", None) or self.args.batch_size or 1
+            )
             row_ids = np.arange(num_rows)
         try:
             return StatefulBPTTDataset(
-                tokens, num_rows, row_ids, self.args.tokens_per_sample,
+                tokens,
+                num_rows,
+                row_ids,
+                self.args.tokens_per_sample,
                 pad=None if is_train else self.dictionary.pad(),
             )
         except ValueError as e:
@@ -169,8 +180,11 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         inner = dataset.dataset if isinstance(dataset, NoisedDataset) else dataset
         if not isinstance(inner, StatefulBPTTDataset):
             return super().get_batch_iterator(
-                dataset, num_workers=num_workers, epoch=epoch, data_buffer_size=data_buffer_size,
-                **kwargs
+                dataset,
+                num_workers=num_workers,
+                epoch=epoch,
+                data_buffer_size=data_buffer_size,
+                **kwargs,
             )
         # every item is a whole batch, read in order; rows are already split between ranks
         dataset.set_epoch(epoch)
@@ -180,7 +194,10 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             # fairseq-eval-lm one per split, and nothing else marks the start of a split
             self.carrier.reset("eval")
         return ordered_batch_iterator(
-            dataset, seed=kwargs.get("seed", 1), num_workers=num_workers, epoch=epoch,
+            dataset,
+            seed=kwargs.get("seed", 1),
+            num_workers=num_workers,
+            epoch=epoch,
             buffer_size=data_buffer_size,
         )
 
@@ -203,9 +220,12 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         if self.carrier is None:
             return super().eval_lm_dataloader(dataset, **kwargs)
         if kwargs.get("context_window", 0) > 0:
-            raise NoisingError("--context-window does not apply with --stateful-bptt (the state carries all context)")
+            raise NoisingError(
+                "--context-window does not apply with --stateful-bptt (the state carries all context)"
+            )
         iterator = self.get_batch_iterator(
-            dataset, num_workers=kwargs.get("num_workers", 0),
+            dataset,
+            num_workers=kwargs.get("num_workers", 0),
             data_buffer_size=kwargs.get("data_buffer_size", 0),
         ).next_epoch_itr(shuffle=False)
         return InjectingIterator(iterator, self.carrier, "eval")

@@ -83,11 +83,15 @@ class NoisedTranslationTask(TranslationTask):
         if is_train:
             paths = utils.split_paths(self.cfg.data)
             data_path = paths[(epoch - 1) % len(paths)]
-            sides = {"source": (self.cfg.source_lang, self.src_dict, SOURCE_SIDE),
-                     "target": (self.cfg.target_lang, self.tgt_dict, TARGET_SIDE)}
+            sides = {
+                "source": (self.cfg.source_lang, self.src_dict, SOURCE_SIDE),
+                "target": (self.cfg.target_lang, self.tgt_dict, TARGET_SIDE),
+            }
             for side, (lang, dictionary, number) in sides.items():
                 prefix = self._prefix(data_path, split, lang)
-                raw = noising.load_split(prefix, dictionary, self.cfg.dataset_impl, f"training {side} split")
+                raw = noising.load_split(
+                    prefix, dictionary, self.cfg.dataset_impl, f"training {side} split"
+                )
                 if self.cfg.noise_scheme != "none" and self.cfg.noise_side in ("both", side):
                     noisers[side] = noising.build_noiser(
                         self.cfg.noise_scheme,

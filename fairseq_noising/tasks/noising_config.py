@@ -45,7 +45,9 @@ def check_data_dir(data) -> str:
         raise NoisingError("no data directory given: pass the binarized data directory (DATA)")
     path = utils.split_paths(data)[0]
     if not os.path.isdir(path):
-        raise NoisingError(f"data directory {path} does not exist (expected fairseq-preprocess output)")
+        raise NoisingError(
+            f"data directory {path} does not exist (expected fairseq-preprocess output)"
+        )
     return path
 
 
