@@ -24,6 +24,7 @@
 #   VALID_SET TEST_SET   default tst2012 and tst2014
 #   ROWS          default "none blank unigram kn kn:source kn:target" (scheme or scheme:side)
 #   GAMMAS        gamma_0 values tried for every noised row (default "0.1 0.2 0.3"); one run each
+#   GAMMAS_<scheme>  the grid of one scheme's rows instead of GAMMAS, e.g. GAMMAS_kn="0.2 0.4"
 #   ARCH          default noising_lstm_iwslt_en_de; HIDDEN DROPOUT LAYERS override its values
 #   BATCH_SIZE    default 128; MAX_EPOCH default 50; HALVINGS default 8; BEAM default 5; SEED 1
 #   NWORDS        words per language (default 50000); TOKENIZER auto | moses | simple
@@ -39,37 +40,130 @@
 # --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-NAME=iwslt15_en_de.sh
+source recipes/_common.sh
 SPM=${SPM:-0}
-source "$ROOT/recipes/_common.sh"
-parse_options "--spm" "$@"
-WORK=$(realpath -m "${WORK:-runs/iwslt15}")
-RESULTS_DIR=${RESULTS_DIR:-$ROOT/results}
+parse_options --spm "$@"
+
 IWSLT_URL=${IWSLT_URL:-https://wit3.fbk.eu/archive/2015-01/texts/de/en/de-en.tgz}
 VALID_SET=${VALID_SET:-tst2012}
 TEST_SET=${TEST_SET:-tst2014}
+ROWS=${ROWS:-none blank unigram kn kn:source kn:target}
+GAMMAS=${GAMMAS:-0.1 0.2 0.3}
+ARCH=${ARCH:-noising_lstm_iwslt_en_de}
+BATCH_SIZE=${BATCH_SIZE:-128}
+MAX_EPOCH=${MAX_EPOCH:-50}
+HALVINGS=${HALVINGS:-8}
+BEAM=${BEAM:-5}
+NWORDS=${NWORDS:-50000}
+TOKENIZER=${TOKENIZER:-auto}
+SPM_VOCAB=${SPM_VOCAB:-16000}
+SPM_JOINT=${SPM_JOINT:-0}
+SEED=${SEED:-1}
+EXTRA_ARGS=${EXTRA_ARGS:-}
+GEN_ARGS=${GEN_ARGS:-}
+WORK=$(realpath -m "${WORK:-runs/iwslt15}")
+RESULTS_DIR=${RESULTS_DIR:-results}
+SETTINGS=(VALID_SET="$VALID_SET" TEST_SET="$TEST_SET"
+          ROWS="$ROWS" GAMMAS="$GAMMAS" ARCH="$ARCH" HIDDEN="${HIDDEN:-}" DROPOUT="${DROPOUT:-}"
+          LAYERS="${LAYERS:-}" BATCH_SIZE="$BATCH_SIZE" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
+          BEAM="$BEAM" NWORDS="$NWORDS" TOKENIZER="$TOKENIZER" SPM="$SPM" SPM_VOCAB="$SPM_VOCAB"
+          SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS")
+require_venv
+check_settings "${SETTINGS[@]}"
+DEVICE=$(choose_device "${DEVICE:-auto}")
+DEVICE_ARGS=()
+if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
 
-check_env
-detect_device
-
-# 1. data
+# 1. data: the release's texts (IWSLT_TGZ, or a download), then the raw pairs: train.tags minus their
+#    metadata lines, the <seg> elements of VALID_SET and TEST_SET
 if [ -n "${IWSLT_TGZ:-}" ]; then
   [ -e "$IWSLT_TGZ" ] || die "IWSLT_TGZ=$IWSLT_TGZ does not exist"
-  IWSLT_TGZ=$(realpath "$IWSLT_TGZ")
 else
-  IWSLT_TGZ="$WORK/$(basename "$IWSLT_URL")"
-  fetch "$IWSLT_URL" "$IWSLT_TGZ" "Get the IWSLT 2015 En-De texts release (de-en.tgz, from https://wit3.fbk.eu/2015-01) yourself and set IWSLT_TGZ to it."
+  IWSLT_TGZ=$WORK/$(basename "$IWSLT_URL")
+  fetch "$IWSLT_URL" "$IWSLT_TGZ" \
+    "Get the IWSLT 2015 En-De texts release (de-en.tgz, from https://wit3.fbk.eu/2015-01) yourself and set IWSLT_TGZ to it."
 fi
-RAW="$WORK/raw"
-fresh_step "$RAW" "$PY" "$ROOT/recipes/prepare_translation.py" iwslt --tarball "$IWSLT_TGZ" --outdir "$RAW" \
+IWSLT_TGZ=$(realpath -m "$IWSLT_TGZ")
+RAW=$WORK/raw
+prepare "$RAW" "$PY" recipes/prepare_translation.py iwslt --tarball "$IWSLT_TGZ" --outdir "$RAW" \
   --src en --tgt de --valid "$VALID_SET" --test "$TEST_SET"
 
-SUFFIX=""; [ "$SPM" = 1 ] && SUFFIX=-spm
-OUT="$RESULTS_DIR/iwslt15$SUFFIX.md"
-TITLE="IWSLT'15 En-De (paper Table 4)"
-NOTES="Data: $IWSLT_TGZ (valid = $VALID_SET, test = $TEST_SET). The paper gives its gamma_0 values per row only as \"selected on the validation set\"; its BLEU is presumably tokenized BLEU (compare with tok BLEU)."
-declare -A PAPER_PPL=([none]=8.84 [blank]=8.28 [unigram]=8.15 [kn]=7.92 [kn:source]=8.74 [kn:target]=8.14)
-declare -A PAPER_BLEU=([none]=24.6 [blank]=25.3 [unigram]=25.5 [kn]=26.0 [kn:source]=24.8 [kn:target]=25.6)
+# 2. words (tokenized; the NWORDS most frequent per language) or, with --spm, sentencepiece pieces;
+#    then binarize
+if [ "$SPM" = 1 ]; then
+  SEG=$WORK/spm$SPM_VOCAB
+  JOINT=()
+  VOCAB_ARGS=()
+  if [ "$SPM_JOINT" = 1 ]; then SEG+=-joint; JOINT=(--joint); VOCAB_ARGS=(--joined-dictionary); fi
+  prepare "$SEG" "$PY" recipes/prepare_translation.py spm-dir --indir "$RAW" --outdir "$SEG" \
+    --src en --tgt de --vocab-size "$SPM_VOCAB" "${JOINT[@]}"
+  DATA=$SEG/data-bin
+  RUN_DIR=$WORK/runs-$(basename "$SEG")-$ARCH${HIDDEN:+-h$HIDDEN}
+  POST_ARGS=(--post-process sentencepiece)   # fairseq-generate prints detokenized text
+  SCORE_ARGS=(--tokenizer none)
+else
+  SEG=$WORK/tok
+  prepare "$SEG" "$PY" recipes/prepare_translation.py tokenize-dir --indir "$RAW" --outdir "$SEG" \
+    --src en --tgt de --tokenizer "$TOKENIZER"
+  DATA=$WORK/data-bin-w$NWORDS
+  VOCAB_ARGS=(--nwordssrc "$NWORDS" --nwordstgt "$NWORDS")
+  RUN_DIR=$WORK/runs-w$NWORDS-$ARCH${HIDDEN:+-h$HIDDEN}
+  POST_ARGS=()
+  SCORE_ARGS=(--tokenizer "$TOKENIZER" --tok-ref "$SEG/test.de")
+fi
+prepare "$DATA" "$BIN/fairseq-preprocess" --source-lang en --target-lang de \
+  --trainpref "$SEG/train" --validpref "$SEG/valid" --testpref "$SEG/test" \
+  "${VOCAB_ARGS[@]}" --destdir "$DATA" --workers 2
 
-source "$ROOT/recipes/_translation.sh"
+# 3. train one model per row and gamma_0 (none once); a row is a scheme, or scheme:side to noise
+#    one side only. The loss is summed over target tokens and averaged over sentences (Luong et al.),
+#    so the 1% rule reads the per-token nll_loss. A cut-off run resumes from checkpoint_last.pt.
+MODEL_ARGS=(--arch "$ARCH")
+if [ -n "${HIDDEN:-}" ]; then MODEL_ARGS+=(--hidden-size "$HIDDEN"); fi
+if [ -n "${DROPOUT:-}" ]; then MODEL_ARGS+=(--dropout "$DROPOUT"); fi
+if [ -n "${LAYERS:-}" ]; then MODEL_ARGS+=(--num-layers "$LAYERS"); fi
+read -r -a EXTRA <<< "$EXTRA_ARGS"
+RUNS=()
+for row in $ROWS; do
+  side=both
+  if [[ $row == *:* ]]; then side=${row#*:}; fi
+  for gamma in $(gammas_of "$row"); do
+    RUNS+=("$RUN_DIR/${row/:/-}-g$gamma")
+    train "${RUNS[-1]}" "$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising --task noised_translation \
+      --source-lang en --target-lang de \
+      --noise-scheme "${row%%:*}" --noise-gamma "$gamma" --noise-side "$side" \
+      "${MODEL_ARGS[@]}" --criterion cross_entropy --sentence-avg --best-checkpoint-metric nll_loss \
+      --optimizer sgd --lr 1.0 --clip-norm 5.0 --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1 \
+      --lr-scheduler paper_halving --halving-threshold 0.01 --halvings "$HALVINGS" --stop-min-lr 0 \
+      --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
+      --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
+  done
+done
+
+# 4. validation perplexity of every run (per target token); the gamma_0 of each row with the lowest
+#    one decodes test (beam BEAM), scored with sacrebleu on detokenized output against the raw
+#    references (and, for words, tokenized BLEU)
+VALIDATE=("$BIN/fairseq-validate" "$DATA" --user-dir fairseq_noising --task noised_translation
+          --source-lang en --target-lang de --valid-subset valid
+          --batch-size 64 --required-batch-size-multiple 1 "${DEVICE_ARGS[@]}")
+read -r -a GEN <<< "$GEN_ARGS"
+for row in $ROWS; do
+  runs=()
+  for gamma in $(gammas_of "$row"); do
+    runs+=("$RUN_DIR/${row/:/-}-g$gamma")
+    evaluate "${runs[-1]}/valid.eval.log" "${VALIDATE[@]}" --path "${runs[-1]}/checkpoint_best.pt"
+  done
+  best=$(best_run "${runs[@]}")
+  evaluate "$best/test.gen" "$BIN/fairseq-generate" "$DATA" --user-dir fairseq_noising --task noised_translation \
+    --source-lang en --target-lang de --path "$best/checkpoint_best.pt" --gen-subset test \
+    --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 "${POST_ARGS[@]}" "${DEVICE_ARGS[@]}" "${GEN[@]}"
+  evaluate "$best/test.bleu" "$PY" recipes/prepare_translation.py score --generate-output "$best/test.gen" \
+    --hyps "$best/test.hyp" --detok "$best/test.detok" --lang de --ref "$RAW/test.de" "${SCORE_ARGS[@]}"
+done
+
+# 5. the results page (our table beside the paper's Table 4, every command), the training logs and
+#    the chosen runs' test translations
+SUFFIX=""
+if [ "$SPM" = 1 ]; then SUFFIX=-spm; fi
+write_results iwslt15 --out "$RESULTS_DIR/iwslt15$SUFFIX.md" --device "$DEVICE" --data "$IWSLT_TGZ" \
+  --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"

@@ -4,8 +4,9 @@
 # fallback), word vocabularies (or --spm: sentencepiece), one LSTM encoder-decoder with dot attention
 # per noising row and gamma_0 (SGD lr 1.0, clip 5, paper_halving with the 1% rule), validation
 # perplexity picks gamma_0, fairseq-generate on test2016, BLEU with sacrebleu. Writes
-# $RESULTS_DIR/multi30k.md (the paper has no Multi30k table; Table 4's IWSLT figures are shown for
-# orientation only). Each Multi30k file ends with one extra empty line, which is dropped.
+# $RESULTS_DIR/multi30k.md (multi30k-spm.md with --spm; the paper has no Multi30k table: Table 4's
+# IWSLT figures are shown for orientation only). Each Multi30k file ends with one extra empty line,
+# which is dropped.
 #
 #   bash recipes/setup.sh && HIDDEN=128 ROWS="none kn" GAMMAS=0.2 bash recipes/multi30k.sh
 #
@@ -17,6 +18,7 @@
 #   ROWS          rows of the table: schemes, or scheme:source / scheme:target to noise one side
 #                 (default "none blank unigram kn kn:source kn:target")
 #   GAMMAS        gamma_0 values tried for every noised row (default "0.1 0.2 0.3"); one run each
+#   GAMMAS_<scheme>  the grid of one scheme's rows instead of GAMMAS, e.g. GAMMAS_kn="0.2 0.4"
 #   ARCH          default noising_lstm_iwslt_en_de (2 x 512, dropout 0.2, reversed source);
 #                 noising_lstm_seq2seq_tiny for tests
 #   HIDDEN DROPOUT LAYERS   override the architecture's values
@@ -35,49 +37,136 @@
 # --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-NAME=multi30k.sh
+source recipes/_common.sh
 SPM=${SPM:-0}
-source "$ROOT/recipes/_common.sh"
-parse_options "--spm" "$@"
-WORK=$(realpath -m "${WORK:-runs/multi30k}")
-RESULTS_DIR=${RESULTS_DIR:-$ROOT/results}
+parse_options --spm "$@"
+
 MULTI30K_URL=${MULTI30K_URL:-https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw}
+ROWS=${ROWS:-none blank unigram kn kn:source kn:target}
+GAMMAS=${GAMMAS:-0.1 0.2 0.3}
+ARCH=${ARCH:-noising_lstm_iwslt_en_de}
+BATCH_SIZE=${BATCH_SIZE:-128}
+MAX_EPOCH=${MAX_EPOCH:-50}
+HALVINGS=${HALVINGS:-8}
+BEAM=${BEAM:-5}
+NWORDS=${NWORDS:-50000}
+TOKENIZER=${TOKENIZER:-auto}
+SPM_VOCAB=${SPM_VOCAB:-16000}
+SPM_JOINT=${SPM_JOINT:-0}
+SEED=${SEED:-1}
+EXTRA_ARGS=${EXTRA_ARGS:-}
+GEN_ARGS=${GEN_ARGS:-}
+WORK=$(realpath -m "${WORK:-runs/multi30k}")
+RESULTS_DIR=${RESULTS_DIR:-results}
+SETTINGS=(ROWS="$ROWS" GAMMAS="$GAMMAS" ARCH="$ARCH" HIDDEN="${HIDDEN:-}" DROPOUT="${DROPOUT:-}"
+          LAYERS="${LAYERS:-}" BATCH_SIZE="$BATCH_SIZE" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
+          BEAM="$BEAM" NWORDS="$NWORDS" TOKENIZER="$TOKENIZER" SPM="$SPM" SPM_VOCAB="$SPM_VOCAB"
+          SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS")
+require_venv
+check_settings "${SETTINGS[@]}"
+DEVICE=$(choose_device "${DEVICE:-auto}")
+DEVICE_ARGS=()
+if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
 
-check_env
-detect_device
-
-# 1. data
-if [ -z "${MULTI30K_DIR:-}" ] && [ -f "$ROOT/../shared/data/multi30k/train.en" ]; then
-  MULTI30K_DIR="$ROOT/../shared/data/multi30k"
+# 1. data: MULTI30K_DIR (or the shared copy beside the repository, or a download), then the raw
+#    pairs without the files' extra empty last line
+if [ -z "${MULTI30K_DIR:-}" ] && [ -f ../shared/data/multi30k/train.en ]; then
+  MULTI30K_DIR=../shared/data/multi30k
 fi
 if [ -n "${MULTI30K_DIR:-}" ]; then
-  for f in train val test; do for l in en de; do
-    [ -f "$MULTI30K_DIR/$f.$l" ] || die "MULTI30K_DIR=$MULTI30K_DIR lacks $f.$l"
-  done; done
+  for f in train.en train.de val.en val.de test.en test.de; do
+    [ -f "$MULTI30K_DIR/$f" ] || die "MULTI30K_DIR=$MULTI30K_DIR lacks $f"
+  done
 else
-  MULTI30K_DIR="$WORK/multi30k"
-  for pair in train:train val:val test:test_2016_flickr; do
-    for l in en de; do
-      fetch "$MULTI30K_URL/${pair#*:}.$l.gz" "$MULTI30K_DIR/${pair%%:*}.$l.gz" \
+  MULTI30K_DIR=$WORK/multi30k
+  for l in en de; do
+    for split in train:train val:val test:test_2016_flickr; do
+      fetch "$MULTI30K_URL/${split#*:}.$l.gz" "$MULTI30K_DIR/${split%%:*}.$l.gz" \
         "Download Multi30k task 1 (train, val, test2016 .en/.de) yourself and set MULTI30K_DIR."
-      if [ "$DRY_RUN" = 0 ] && [ ! -s "$MULTI30K_DIR/${pair%%:*}.$l" ]; then
-        gunzip -c "$MULTI30K_DIR/${pair%%:*}.$l.gz" > "$MULTI30K_DIR/${pair%%:*}.$l.part"
-        mv "$MULTI30K_DIR/${pair%%:*}.$l.part" "$MULTI30K_DIR/${pair%%:*}.$l"
-      fi
     done
   done
 fi
 MULTI30K_DIR=$(realpath -m "$MULTI30K_DIR")
-RAW="$WORK/raw"
-fresh_step "$RAW" "$PY" "$ROOT/recipes/prepare_translation.py" plain --indir "$MULTI30K_DIR" --outdir "$RAW" \
+RAW=$WORK/raw
+prepare "$RAW" "$PY" recipes/prepare_translation.py plain --indir "$MULTI30K_DIR" --outdir "$RAW" \
   --src en --tgt de --split train=train --split valid=val --split test=test
 
-SUFFIX=""; [ "$SPM" = 1 ] && SUFFIX=-spm
-OUT="$RESULTS_DIR/multi30k$SUFFIX.md"
-TITLE="Multi30k En-De (the translation pipeline of Table 4 on a small corpus)"
-NOTES="Data: $MULTI30K_DIR (valid = val, test = test2016). The paper's columns are its IWSLT'15 figures (Table 4), not comparable numbers."
-declare -A PAPER_PPL=([none]=8.84 [blank]=8.28 [unigram]=8.15 [kn]=7.92 [kn:source]=8.74 [kn:target]=8.14)
-declare -A PAPER_BLEU=([none]=24.6 [blank]=25.3 [unigram]=25.5 [kn]=26.0 [kn:source]=24.8 [kn:target]=25.6)
+# 2. words (tokenized; the NWORDS most frequent per language) or, with --spm, sentencepiece pieces;
+#    then binarize
+if [ "$SPM" = 1 ]; then
+  SEG=$WORK/spm$SPM_VOCAB
+  JOINT=()
+  VOCAB_ARGS=()
+  if [ "$SPM_JOINT" = 1 ]; then SEG+=-joint; JOINT=(--joint); VOCAB_ARGS=(--joined-dictionary); fi
+  prepare "$SEG" "$PY" recipes/prepare_translation.py spm-dir --indir "$RAW" --outdir "$SEG" \
+    --src en --tgt de --vocab-size "$SPM_VOCAB" "${JOINT[@]}"
+  DATA=$SEG/data-bin
+  RUN_DIR=$WORK/runs-$(basename "$SEG")-$ARCH${HIDDEN:+-h$HIDDEN}
+  POST_ARGS=(--post-process sentencepiece)   # fairseq-generate prints detokenized text
+  SCORE_ARGS=(--tokenizer none)
+else
+  SEG=$WORK/tok
+  prepare "$SEG" "$PY" recipes/prepare_translation.py tokenize-dir --indir "$RAW" --outdir "$SEG" \
+    --src en --tgt de --tokenizer "$TOKENIZER"
+  DATA=$WORK/data-bin-w$NWORDS
+  VOCAB_ARGS=(--nwordssrc "$NWORDS" --nwordstgt "$NWORDS")
+  RUN_DIR=$WORK/runs-w$NWORDS-$ARCH${HIDDEN:+-h$HIDDEN}
+  POST_ARGS=()
+  SCORE_ARGS=(--tokenizer "$TOKENIZER" --tok-ref "$SEG/test.de")
+fi
+prepare "$DATA" "$BIN/fairseq-preprocess" --source-lang en --target-lang de \
+  --trainpref "$SEG/train" --validpref "$SEG/valid" --testpref "$SEG/test" \
+  "${VOCAB_ARGS[@]}" --destdir "$DATA" --workers 2
 
-source "$ROOT/recipes/_translation.sh"
+# 3. train one model per row and gamma_0 (none once); a row is a scheme, or scheme:side to noise
+#    one side only. The loss is summed over target tokens and averaged over sentences (Luong et al.),
+#    so the 1% rule reads the per-token nll_loss. A cut-off run resumes from checkpoint_last.pt.
+MODEL_ARGS=(--arch "$ARCH")
+if [ -n "${HIDDEN:-}" ]; then MODEL_ARGS+=(--hidden-size "$HIDDEN"); fi
+if [ -n "${DROPOUT:-}" ]; then MODEL_ARGS+=(--dropout "$DROPOUT"); fi
+if [ -n "${LAYERS:-}" ]; then MODEL_ARGS+=(--num-layers "$LAYERS"); fi
+read -r -a EXTRA <<< "$EXTRA_ARGS"
+RUNS=()
+for row in $ROWS; do
+  side=both
+  if [[ $row == *:* ]]; then side=${row#*:}; fi
+  for gamma in $(gammas_of "$row"); do
+    RUNS+=("$RUN_DIR/${row/:/-}-g$gamma")
+    train "${RUNS[-1]}" "$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising --task noised_translation \
+      --source-lang en --target-lang de \
+      --noise-scheme "${row%%:*}" --noise-gamma "$gamma" --noise-side "$side" \
+      "${MODEL_ARGS[@]}" --criterion cross_entropy --sentence-avg --best-checkpoint-metric nll_loss \
+      --optimizer sgd --lr 1.0 --clip-norm 5.0 --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1 \
+      --lr-scheduler paper_halving --halving-threshold 0.01 --halvings "$HALVINGS" --stop-min-lr 0 \
+      --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
+      --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
+  done
+done
+
+# 4. validation perplexity of every run (per target token); the gamma_0 of each row with the lowest
+#    one decodes test (beam BEAM), scored with sacrebleu on detokenized output against the raw
+#    references (and, for words, tokenized BLEU)
+VALIDATE=("$BIN/fairseq-validate" "$DATA" --user-dir fairseq_noising --task noised_translation
+          --source-lang en --target-lang de --valid-subset valid
+          --batch-size 64 --required-batch-size-multiple 1 "${DEVICE_ARGS[@]}")
+read -r -a GEN <<< "$GEN_ARGS"
+for row in $ROWS; do
+  runs=()
+  for gamma in $(gammas_of "$row"); do
+    runs+=("$RUN_DIR/${row/:/-}-g$gamma")
+    evaluate "${runs[-1]}/valid.eval.log" "${VALIDATE[@]}" --path "${runs[-1]}/checkpoint_best.pt"
+  done
+  best=$(best_run "${runs[@]}")
+  evaluate "$best/test.gen" "$BIN/fairseq-generate" "$DATA" --user-dir fairseq_noising --task noised_translation \
+    --source-lang en --target-lang de --path "$best/checkpoint_best.pt" --gen-subset test \
+    --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 "${POST_ARGS[@]}" "${DEVICE_ARGS[@]}" "${GEN[@]}"
+  evaluate "$best/test.bleu" "$PY" recipes/prepare_translation.py score --generate-output "$best/test.gen" \
+    --hyps "$best/test.hyp" --detok "$best/test.detok" --lang de --ref "$RAW/test.de" "${SCORE_ARGS[@]}"
+done
+
+# 5. the results page (our table beside Table 4's IWSLT figures, every command), the training logs
+#    and the chosen runs' test translations
+SUFFIX=""
+if [ "$SPM" = 1 ]; then SUFFIX=-spm; fi
+write_results multi30k --out "$RESULTS_DIR/multi30k$SUFFIX.md" --device "$DEVICE" --data "$MULTI30K_DIR" \
+  --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"

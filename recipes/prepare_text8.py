@@ -66,8 +66,15 @@ def lines_of(words, words_per_line: int):
     return [" ".join(words[i : i + words_per_line]) for i in range(0, len(words), words_per_line)]
 
 
-def prepare(text: str, outdir: str, train_chars=90_000_000, valid_chars=5_000_000,
-            test_chars=5_000_000, min_count=10, words_per_line=1000) -> dict:
+def prepare(
+    text: str,
+    outdir: str,
+    train_chars=90_000_000,
+    valid_chars=5_000_000,
+    test_chars=5_000_000,
+    min_count=10,
+    words_per_line=1000,
+) -> dict:
     parts = split_chars(text, train_chars, valid_chars, test_chars)
     words = [p.split() for p in parts]
     vocab = vocabulary(words[0], min_count)
@@ -94,14 +101,25 @@ def main(argv=None):
     p.add_argument("--train-chars", type=int, default=90_000_000)
     p.add_argument("--valid-chars", type=int, default=5_000_000)
     p.add_argument("--test-chars", type=int, default=5_000_000)
-    p.add_argument("--min-count", type=int, default=10,
-                   help="words seen this many times or fewer in train become <unk> (default 10)")
+    p.add_argument(
+        "--min-count",
+        type=int,
+        default=10,
+        help="words seen this many times or fewer in train become <unk> (default 10)",
+    )
     p.add_argument("--words-per-line", type=int, default=1000)
     args = p.parse_args(argv)
     try:
         text = read_stream(args.input)
-        stats = prepare(text, args.outdir, args.train_chars, args.valid_chars, args.test_chars,
-                        args.min_count, args.words_per_line)
+        stats = prepare(
+            text,
+            args.outdir,
+            args.train_chars,
+            args.valid_chars,
+            args.test_chars,
+            args.min_count,
+            args.words_per_line,
+        )
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         print(f"prepare_text8.py: {e}", file=sys.stderr)
         return 1

