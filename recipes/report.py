@@ -41,7 +41,7 @@ import shlex
 import shutil
 import string
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,220 +49,18 @@ REPO = os.path.dirname(HERE)
 sys.path[:0] = [HERE, REPO]
 logging.disable(logging.INFO)  # importing the plugin may import fairseq, which logs at INFO
 
+from paper_tables import PROTOCOL, TABLES, Table, row_label  # noqa: E402
+from recipe_settings import (  # noqa: E402
+    parse_settings,
+    settings_error,
+    settings_line,
+    with_scheme_grids,
+)
 from steps import fail, read_marker, shown, shown_command, shown_line  # noqa: E402
 
 from fairseq_noising.analysis import logs  # noqa: E402
-from fairseq_noising.schemes import REGISTRY  # noqa: E402
 
 NONE = "—"  # an empty cell
-
-# ------------------------------------------------------------------ the paper's figures
-
-
-@dataclass(frozen=True)
-class Table:
-    """One results page: its recipe, title, notes (``{data}``, ``{stats}`` and the recipe's
-    settings may appear in both) and the paper's figures per row (language models: validation
-    and test perplexity; translation: perplexity and BLEU)."""
-
-    recipe: str
-    kind: str  # "lm" or "translation"
-    title: str
-    notes: str
-    paper: Dict[str, Tuple[float, float]] = field(default_factory=dict)
-
-
-_PTB_NOTES = (
-    "Data: {data}.{extra} The paper's rows: none = dropout only; every scheme is combined with the "
-    "SIZE's dropout. Paper references: Zaremba et al. (2014) 82.2 / 78.4 (large)."
-)
-# Table 4 of the paper (IWSLT'15 En-De): perplexity, BLEU
-IWSLT_TABLE_4 = {
-    "none": (8.84, 24.6),
-    "blank": (8.28, 25.3),
-    "unigram": (8.15, 25.5),
-    "kn": (7.92, 26.0),
-    "kn:source": (8.74, 24.8),
-    "kn:target": (8.14, 25.6),
-}
-TABLES: Dict[str, Table] = {
-    "ptb-small": Table(
-        "ptb.sh",
-        "lm",
-        "Penn Treebank, small model (paper Table 2)",
-        _PTB_NOTES.replace("{extra}", " The paper reports no small model (its columns are empty)."),
-    ),
-    "ptb-medium": Table(
-        "ptb.sh",
-        "lm",
-        "Penn Treebank, medium model (paper Table 2)",
-        _PTB_NOTES.replace("{extra}", ""),
-        {"none": (84.3, 80.4), "blank": (82.7, 78.8), "unigram": (83.1, 80.1), "kn": (79.9, 76.9)},
-    ),
-    "ptb-large": Table(
-        "ptb.sh",
-        "lm",
-        "Penn Treebank, large model (paper Table 2)",
-        _PTB_NOTES.replace("{extra}", ""),
-        {"none": (81.6, 77.5), "blank": (79.4, 75.5), "unigram": (79.4, 76.1), "kn": (76.2, 73.4)},
-    ),
-    "text8": Table(
-        "text8.sh",
-        "lm",
-        "Text8, {HIDDEN}-unit model without dropout (paper Table 3)",
-        "Data: {data} split at characters {TRAIN_CHARS} / +{VALID_CHARS} / +{TEST_CHARS}, words "
-        "seen <= {MIN_COUNT} times in train -> `<unk>`, {WORDS_PER_LINE} words per line (each line "
-        "ends with `</s>`). The paper reports 15.3M / 848K / 855K tokens and a 42K vocabulary; "
-        "ours: {stats}. The paper does not list its gamma_0 values.",
-        {
-            "none": (94.3, 123.6),
-            "blank": (85.0, 110.7),
-            "unigram": (85.2, 111.3),
-            "kn": (84.5, 110.6),
-        },
-    ),
-    "iwslt15": Table(
-        "iwslt15_en_de.sh",
-        "translation",
-        "IWSLT'15 En-De (paper Table 4)",
-        "Data: {data} (valid = {VALID_SET}, test = {TEST_SET}). The paper gives its gamma_0 values "
-        'per row only as "selected on the validation set"; its BLEU is presumably tokenized BLEU '
-        "(compare with tok BLEU).",
-        IWSLT_TABLE_4,
-    ),
-    "multi30k": Table(
-        "multi30k.sh",
-        "translation",
-        "Multi30k En-De (the translation pipeline of Table 4 on a small corpus)",
-        "Data: {data} (valid = val, test = test2016). The paper's columns are its IWSLT'15 figures "
-        "(Table 4), not comparable numbers.",
-        IWSLT_TABLE_4,
-    ),
-}
-
-PROTOCOL = {
-    "lm": "Perplexities from stateful evaluation of checkpoint_best.pt (the whole split read as one "
-    "stream, state carried across 35-token blocks). gamma_0 chosen per scheme on validation.",
-    "translation": "Perplexity: fairseq-validate on the validation set with checkpoint_best.pt (per "
-    "target token, `</s>` included). BLEU: sacrebleu (13a) on test, detokenized hypotheses against "
-    "the raw references; tok BLEU: sacrebleu --tokenize none, tokenized hypotheses against the "
-    "tokenized references (word-level only). gamma_0 chosen per row on validation perplexity.",
-}
-
-SIDES = {"both": "", "source": ", source only", "target": ", target only"}
-
-
-def row_label(row: str) -> str:
-    """The table label of a row: the scheme's registry label (plus the side for ``kn:source``)."""
-    scheme, _, side = row.partition(":")
-    return REGISTRY[scheme].label + SIDES[side or "both"]
-
-
-# ------------------------------------------------------------------ settings
-
-
-_AT_LEAST = {
-    "MAX_EPOCH": 1,
-    "EPOCHS": 1,
-    "HALVINGS": 0,
-    "SEED": 0,
-    "HIDDEN": 1,
-    "LAYERS": 1,
-    "BATCH_SIZE": 1,
-    "BEAM": 1,
-    "NWORDS": 1,
-    "SPM_VOCAB": 1,
-    "WORDS_PER_LINE": 1,
-    "TRAIN_CHARS": 1,
-    "VALID_CHARS": 1,
-    "TEST_CHARS": 1,
-    "MIN_COUNT": 0,
-    "THREADS": 1,
-}
-_CHOICES = {
-    "SIZE": ("small", "medium", "large"),
-    "TOKENIZER": ("auto", "moses", "simple"),
-    "SPM": ("0", "1"),
-    "SPM_JOINT": ("0", "1"),
-}
-_OPTIONAL = ("HIDDEN", "DROPOUT", "LAYERS")  # empty: the architecture's value
-
-
-def _number(text: str) -> Optional[float]:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value == value else None  # not NaN
-
-
-def _schemes_of(settings: Dict[str, str]) -> List[str]:
-    rows = settings.get("SCHEMES", "") + " " + settings.get("ROWS", "")
-    return [row.partition(":")[0] for row in rows.split()]
-
-
-def with_scheme_grids(settings: Dict[str, str], environ=os.environ) -> Dict[str, str]:
-    """The settings plus ``GAMMAS_<scheme>`` of the environment for the recipe's schemes."""
-    out = dict(settings)
-    for scheme in _schemes_of(settings):
-        name = f"GAMMAS_{scheme}"
-        if name in environ and name not in out:
-            out[name] = environ[name]
-    return out
-
-
-def settings_error(settings: Dict[str, str]) -> Optional[str]:
-    """The first setting whose value the recipe cannot use, as one line; None when all are fine."""
-    known = ", ".join(REGISTRY)
-    for name, value in settings.items():
-        if name in _OPTIONAL and value == "":
-            continue
-        if name in ("SCHEMES", "ROWS"):
-            rows = value.split()
-            if not rows:
-                return f"{name} must name at least one scheme ({known}), got {value!r}"
-            for row in rows:
-                scheme, colon, side = row.partition(":")
-                if scheme not in REGISTRY or (colon and name == "SCHEMES"):
-                    return f"{name} must name registered schemes ({known}), got {row!r}"
-                if colon and side not in ("source", "target"):
-                    return f"{name}: a row is SCHEME, SCHEME:source or SCHEME:target, got {row!r}"
-            if len(set(rows)) != len(rows):
-                return f"{name} must name each row once, got {value!r}"
-        elif name in ("GAMMAS", "GAMMA") or name.startswith("GAMMAS_"):
-            values = value.split()
-            numbers = [_number(v) for v in values]
-            fine = bool(values) and all(x is not None and 0.0 <= x <= 1.0 for x in numbers)
-            if name == "GAMMA" and not (fine and len(values) == 1):
-                return f"{name} must be one gamma_0 value in [0, 1], got {value!r}"
-            if not fine:
-                return f"{name} must be gamma_0 values in [0, 1], got {value!r}"
-        elif name == "DROPOUT":
-            x = _number(value)
-            if x is None or not 0.0 <= x < 1.0:
-                return f"{name} must be a probability in [0, 1), got {value!r}"
-        elif name in _AT_LEAST:
-            if not re.fullmatch(r"[0-9]+", value) or int(value) < _AT_LEAST[name]:
-                return f"{name} must be a whole number >= {_AT_LEAST[name]}, got {value!r}"
-        elif name in _CHOICES and value not in _CHOICES[name]:
-            return f"{name} must be {' or '.join(_CHOICES[name])}, got {value!r}"
-    return None
-
-
-def parse_settings(pairs: Sequence[str]) -> Dict[str, str]:
-    out = {}
-    for pair in pairs:
-        name, equals, value = pair.partition("=")
-        if not equals:
-            raise SystemExit(f"report.py: a setting is NAME=VALUE, got {pair!r}")
-        out[name] = value
-    return out
-
-
-def settings_line(settings: Dict[str, str]) -> str:
-    """The settings as environment assignments for the recipe (empty ones, the defaults, left out)."""
-    return " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items() if v != "")
-
 
 # ------------------------------------------------------------------ runs and their evaluations
 

@@ -41,6 +41,7 @@ def load(name):
 prepare_text8 = load("prepare_text8")
 prepare_translation = load("prepare_translation")
 sys.path.insert(0, str(RECIPES))
+import paper_tables  # noqa: E402
 import report  # noqa: E402
 import steps  # noqa: E402
 
@@ -365,7 +366,7 @@ def test_row_labels_come_from_the_scheme_registry(monkeypatch):
     assert report.row_label("unigram:target") == "unigram, target only"
     assert report.row_label("mkn") == "Kneser-Ney, modified discounts"
     renamed = dict(REGISTRY, ad=types.SimpleNamespace(label="absolute discounting (renamed)"))
-    monkeypatch.setattr(report, "REGISTRY", renamed)
+    monkeypatch.setattr(paper_tables, "REGISTRY", renamed)
     assert report.row_label("ad:target") == "absolute discounting (renamed), target only"
 
 
