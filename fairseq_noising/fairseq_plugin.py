@@ -4,7 +4,7 @@ Importing this module allow-lists the contents of fairseq checkpoints for torch'
 (torch >= 2.6 loads with ``weights_only=True``) and registers the tasks, models and the
 ``paper_halving`` scheduler. It runs when fairseq imports the package (``--user-dir``), when
 the package is imported after fairseq, and when any fairseq-side sub-package (``data``, ``tasks``,
-``models``, ``optim``, ``cli``) is imported. A process that imported only the mathematics
+``models``, ``optim``) is imported. A process that imported only the mathematics
 before handing over to fairseq in-process imports this module itself.
 """
 

@@ -1,3 +1,5 @@
-"""The console scripts ``fairseq-noise-preview`` and ``fairseq-noise-analyze``."""
+"""The console scripts ``fairseq-noise-preview`` and ``fairseq-noise-analyze``.
 
-from .. import fairseq_plugin  # noqa: F401  (registers the whole plugin, whatever came first)
+Not a registering sub-package: ``curves`` and ``sweep`` read logs without loading fairseq; the
+modules that load models import :mod:`fairseq_noising.fairseq_plugin` themselves.
+"""
