@@ -10,7 +10,6 @@ no code with the analysis but the model's forward pass; and one run of the conso
 
 import json
 import math
-import os
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -18,13 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGIN_DIR, cli, run_cli
+from conftest import CLI_ENV, PLUGIN_DIR, cli, run_cli
 
 from fairseq_noising.analysis import divergence, logs, ngrams, pseudocounts
 from fairseq_noising.cli import analyze
 from fairseq_noising.errors import NoisingError
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 BLOCK = 35  # --tokens-per-sample of the tiny model
 
 
@@ -85,7 +83,7 @@ def tiny(ptb_small_bin, tmp_path_factory):
             "--save-dir",
             save,
         ],
-        env=ENV,
+        env=CLI_ENV,
     )
     (save / "train.log").write_text(proc.stdout + proc.stderr)
     return {
@@ -636,7 +634,7 @@ def test_console_script_error_is_one_line_on_stderr(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
-        env=ENV,
+        env=CLI_ENV,
     )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""

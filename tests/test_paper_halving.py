@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch._dynamo  # noqa: F401  (the first optimizer built imports it: ~1 s, paid at collection)
-from conftest import PLUGIN_DIR, REPO, head_lines, require_shared, run_cli
+from conftest import PLUGIN_DIR, REPO, binarize_lm, run_cli
 from fairseq import checkpoint_utils, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim import build_optimizer
@@ -565,30 +565,8 @@ def test_resume_without_fairseq_best_warns_and_goes_on(caplog):
 # ---------------------------------------------------------------------------- real fairseq-train
 @pytest.fixture(scope="module")
 def ptb300(tmp_path_factory):
-    """300 training and 60 validation lines of PTB, binarized by fairseq-preprocess (in-process:
-    the same ``main`` as the console script, without another interpreter start-up)."""
-    from fairseq_cli import preprocess
-
-    ptb = require_shared("ptb")
-    root = tmp_path_factory.mktemp("ptb300")
-    head_lines(ptb / "ptb.train.txt", root / "train.txt", 300)
-    head_lines(ptb / "ptb.valid.txt", root / "valid.txt", 60)
-    preprocess.main(
-        options.get_preprocessing_parser().parse_args(
-            [
-                "--only-source",
-                "--trainpref",
-                str(root / "train.txt"),
-                "--validpref",
-                str(root / "valid.txt"),
-                "--destdir",
-                str(root / "bin"),
-                "--workers",
-                "1",
-            ]
-        )
-    )
-    return root / "bin"
+    """300 training and 60 validation lines of PTB, binarized."""
+    return binarize_lm(tmp_path_factory.mktemp("ptb300"), 300, 60)
 
 
 def train_argv(data, save):

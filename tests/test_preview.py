@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, build_task, cli, head_lines, lm_task_argv, require_shared
+from conftest import PLUGIN_DIR, binarize_lm, build_task, cli, lm_task_argv
 from oracle import EOS, Oracle, read_ptb_words
 
 from fairseq_noising.cli import preview
@@ -34,66 +34,16 @@ MT_KEYS = {
 SEED, EPOCH, GAMMA = 7, 3, 0.2
 
 
-def fairseq_preprocess(*argv):
-    """Runs fairseq-preprocess's own ``main`` in-process (saves starting Python and fairseq)."""
-    import logging
-
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    args = options.get_preprocessing_parser().parse_args(
-        [str(a) for a in argv] + ["--workers", "1"]
-    )
-    log = logging.getLogger(preprocess.__name__)
-    handlers = list(log.handlers)
-    try:
-        preprocess.main(args)
-    finally:
-        for handler in set(log.handlers) - set(handlers):  # main() adds a preprocess.log handler
-            log.removeHandler(handler)
-            handler.close()
-    return args.destdir
-
-
 @pytest.fixture(scope="module")
 def ptb(tmp_path_factory):
-    """The first 3000 training lines of PTB and 300 of valid, binarized."""
-    source = require_shared("ptb")
-    raw = tmp_path_factory.mktemp("preview_ptb")
-    head_lines(source / "ptb.train.txt", raw / "train.txt", 3000)
-    head_lines(source / "ptb.valid.txt", raw / "valid.txt", 300)
-    return fairseq_preprocess(
-        "--only-source",
-        "--trainpref",
-        raw / "train.txt",
-        "--validpref",
-        raw / "valid.txt",
-        "--destdir",
-        raw / "bin",
-    )
+    """The first 3000 training lines of PTB and 300 of valid (and test), binarized."""
+    return binarize_lm(tmp_path_factory.mktemp("preview_ptb"), 3000, 300)
 
 
 @pytest.fixture(scope="module")
-def multi30k(tmp_path_factory):
-    """The first 2000 Multi30k En-De training pairs and 200 of val, binarized (the files' extra
-    final empty line is dropped)."""
-    source = require_shared("multi30k")
-    raw = tmp_path_factory.mktemp("preview_m30k")
-    for split, name, n in (("train", "train", 2000), ("valid", "val", 200)):
-        for lang in ("en", "de"):
-            head_lines(source / f"{name}.{lang}", raw / f"{split}.{lang}", n)
-    return fairseq_preprocess(
-        "-s",
-        "en",
-        "-t",
-        "de",
-        "--trainpref",
-        raw / "train",
-        "--validpref",
-        raw / "valid",
-        "--destdir",
-        raw / "bin",
-    )
+def multi30k(multi30k_small_bin):
+    """The first 2000 Multi30k En-De training pairs and 200 of val (and test2016), binarized."""
+    return multi30k_small_bin
 
 
 def run_preview(argv, output=None):
@@ -169,7 +119,7 @@ def lm_task(ptb):
 
 def ptb_text_of(task):
     """The folder of the raw PTB lines that ``task``'s data was binarized from."""
-    return Path(task.args.data).parent
+    return Path(task.args.data).parent / "raw"
 
 
 def strings(dictionary, row):
@@ -276,7 +226,7 @@ def test_lm_preview_noises_eos_contexts_at_the_oracles_rate(ptb, lm_run):
     authors' procedure on the same raw lines) predicts, gamma(</s>) (1 - q(</s>)), and it is
     drawn as a replacement and replaced as a target."""
     summary, text, records, _ = lm_run
-    oracle = Oracle.from_stream(read_ptb_words(Path(ptb).parent / "train.txt"))
+    oracle = Oracle.from_stream(read_ptb_words(Path(ptb).parent / "raw" / "train.txt"))
     rate = oracle.gamma("kn", GAMMA, EOS) * (1 - oracle.proposal("kn")[EOS])
     pairs = [(a, b) for r in records for a, b in zip(r["input"], r["input_noised"]) if a == "</s>"]
     changed = sum(a != b for a, b in pairs)
@@ -366,7 +316,7 @@ def test_translation_jsonl_is_what_training_collates(mt_runs, multi30k):
     assert set(summary) == {"source", "target"}
     # the expected rate is the oracle's mean gamma over the context positions: the source tokens
     # on the source side, the decoder's inputs (prev_output) on the target side; </s> is special
-    raw = Path(multi30k).parent
+    raw = Path(multi30k).parent / "raw"
     for side, lang, column in (("source", "en", "source"), ("target", "de", "prev_output")):
         lines = (raw / f"train.{lang}").read_text(encoding="utf-8").splitlines()
         oracle = Oracle.from_sentences([line.split() for line in lines])
