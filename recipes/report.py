@@ -54,10 +54,10 @@ from recipe_settings import (  # noqa: E402
     settings_line,
     with_scheme_grids,
 )
+from run_folders import Run, best_run, bleu_scores, choose, perplexity, read_run, read_text  # noqa: E402
 from steps import fail, read_marker, shown, shown_command, shown_line  # noqa: E402
 
 from fairseq_noising.analysis import logs  # noqa: E402
-from runs import Run, best_run, bleu_scores, choose, perplexity, read_run, read_text  # noqa: E402
 
 NONE = "—"  # an empty cell
 
