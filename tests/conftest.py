@@ -19,6 +19,16 @@ PLUGIN_DIR = REPO / "fairseq_noising"
 CLI_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+# the tiny stock models the CLI tests train: fairseq's lstm_lm and lstm with 16 units
+TINY_LM = (
+    "--arch lstm_lm --decoder-embed-dim 16 --decoder-hidden-size 16 --decoder-out-embed-dim 16"
+).split()
+TINY_MT = (
+    "--arch lstm --encoder-embed-dim 16 --encoder-hidden-size 16 --decoder-embed-dim 16 "
+    "--decoder-hidden-size 16 --decoder-out-embed-dim 16"
+).split()
+
+
 def shared_data_dir() -> Path:
     return Path(os.environ.get("FAIRSEQ_NOISING_SHARED", REPO.parent / "shared" / "data"))
 

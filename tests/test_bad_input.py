@@ -19,7 +19,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import CLI_ENV, PLUGIN_DIR, build_task, run_cli
+from conftest import CLI_ENV, PLUGIN_DIR, TINY_LM, TINY_MT, build_task, run_cli
 from fairseq.data import Dictionary, data_utils, indexed_dataset
 
 from fairseq_noising.errors import NoisingError
@@ -53,30 +53,12 @@ LM = [
     "noised_language_modeling",
     "--tokens-per-sample",
     "35",
-    "--arch",
-    "lstm_lm",
-    "--decoder-embed-dim",
-    "16",
-    "--decoder-hidden-size",
-    "16",
-    "--decoder-out-embed-dim",
-    "16",
+    *TINY_LM,
 ]
 MT = [
     "--task",
     "noised_translation",
-    "--arch",
-    "lstm",
-    "--encoder-embed-dim",
-    "16",
-    "--encoder-hidden-size",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--decoder-hidden-size",
-    "16",
-    "--decoder-out-embed-dim",
-    "16",
+    *TINY_MT,
 ]
 KN = ["--noise-scheme", "kn", "--noise-gamma", "0.2"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CLI_ENV, run_cli
+from conftest import CLI_ENV, TINY_LM, TINY_MT, run_cli
 
 import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the allow-list in this process)
 from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
@@ -28,14 +28,7 @@ USER_DIR = REPO / "fairseq_noising"
 LM_ARCH = [
     "--task",
     "language_modeling",
-    "--arch",
-    "lstm_lm",
-    "--decoder-embed-dim",
-    16,
-    "--decoder-hidden-size",
-    16,
-    "--decoder-out-embed-dim",
-    16,
+    *TINY_LM,
     "--tokens-per-sample",
     32,
 ]
@@ -218,18 +211,7 @@ def test_translation_checkpoint_with_bleu_meters_generates(multi30k_small_bin, t
             multi30k_small_bin,
             "--task",
             "translation",
-            "--arch",
-            "lstm",
-            "--encoder-embed-dim",
-            16,
-            "--encoder-hidden-size",
-            16,
-            "--decoder-embed-dim",
-            16,
-            "--decoder-hidden-size",
-            16,
-            "--decoder-out-embed-dim",
-            16,
+            *TINY_MT,
             *COMMON,
             "--optimizer",
             "sgd",

@@ -14,7 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import CLI_ENV, PLUGIN_DIR, run_cli
+from conftest import CLI_ENV, PLUGIN_DIR, TINY_LM, TINY_MT, run_cli
 
 from fairseq_noising.schemes import SCHEMES  # every registered scheme
 from fairseq_noising.stats_cache import cache_path
@@ -48,30 +48,6 @@ TRAIN = COMMON + [
     "--seed",
     "1",
     "--no-epoch-checkpoints",
-]
-LM_MODEL = [
-    "--arch",
-    "lstm_lm",
-    "--decoder-embed-dim",
-    "16",
-    "--decoder-hidden-size",
-    "16",
-    "--decoder-out-embed-dim",
-    "16",
-]
-MT_MODEL = [
-    "--arch",
-    "lstm",
-    "--encoder-embed-dim",
-    "16",
-    "--encoder-hidden-size",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--decoder-hidden-size",
-    "16",
-    "--decoder-out-embed-dim",
-    "16",
 ]
 
 # the statistics caches of the training splits (train.noise_stats.npz, ...)
@@ -129,7 +105,7 @@ def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_
             save_dir,
         ]
         + TRAIN
-        + LM_MODEL,
+        + TINY_LM,
         env=CLI_ENV,
         timeout=600,
     )
@@ -180,7 +156,7 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
             save_dir,
         ]
         + TRAIN
-        + MT_MODEL,
+        + TINY_MT,
         env=CLI_ENV,
         timeout=600,
     )

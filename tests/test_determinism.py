@@ -10,7 +10,7 @@ training one epoch then resuming from checkpoint_last.pt gives the uninterrupted
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGIN_DIR, build_task, lm_task_argv, run_cli
+from conftest import PLUGIN_DIR, TINY_LM, build_task, lm_task_argv, run_cli
 
 pytestmark = pytest.mark.slow  # tasks over real data and fairseq-train runs
 
@@ -101,14 +101,7 @@ def train(data, save_dir, *extra, scheme="kn"):
             scheme,
             "--noise-gamma",
             "0.5",
-            "--arch",
-            "lstm_lm",
-            "--decoder-embed-dim",
-            "16",
-            "--decoder-hidden-size",
-            "16",
-            "--decoder-out-embed-dim",
-            "16",
+            *TINY_LM,
             "--tokens-per-sample",
             "35",
             "--batch-size",

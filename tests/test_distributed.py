@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, cli
+from conftest import PLUGIN_DIR, TINY_LM, cli
 
 from fairseq_noising.stats_cache import cache_path
 
@@ -36,14 +36,7 @@ def free_port() -> int:
 
 
 STATELESS = [
-    "--arch",
-    "lstm_lm",
-    "--decoder-embed-dim",
-    "16",
-    "--decoder-hidden-size",
-    "16",
-    "--decoder-out-embed-dim",
-    "16",
+    *TINY_LM,
 ]
 # stateful truncated BPTT: each rank owns its own 20 contiguous rows and carries their state
 STATEFUL = ["--arch", "noising_lstm_lm_small", "--hidden-size", "16", "--stateful-bptt"]

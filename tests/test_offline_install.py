@@ -23,7 +23,7 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, TINY_LM
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.tags import sys_tags
@@ -225,14 +225,7 @@ def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_p
             "0.2",
             "--tokens-per-sample",
             "35",
-            "--arch",
-            "lstm_lm",
-            "--decoder-embed-dim",
-            "16",
-            "--decoder-hidden-size",
-            "16",
-            "--decoder-out-embed-dim",
-            "16",
+            *TINY_LM,
             "--cpu",
             "--num-workers",
             "0",
