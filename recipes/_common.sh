@@ -38,6 +38,28 @@ gammas_of() {
   if [ "${1%%:*}" = none ]; then echo 0; else echo "${!grid:-$GAMMAS}"; fi
 }
 
+# translation_protocol: sets PROTOCOL_ARGS, the optimisation flags of a translation run, by OPTIMIZER:
+#   sgd   the paper's (Luong et al. 2015): cross-entropy summed over the target tokens and averaged
+#         over the sentences, SGD at LR (default 1.0), clip 5, the rate halved once an epoch improves
+#         validation perplexity by less than 1%, stop at the first non-improvement after HALVINGS
+#   adam  a Transformer's (fairseq's IWSLT example): label-smoothed (LABEL_SMOOTHING) cross-entropy
+#         per target token, Adam (0.9, 0.98) at LR (default 0.0005) after WARMUP updates of linear
+#         warm-up, then inverse-sqrt decay, weight decay 0.0001; stop after PATIENCE validations
+#         without improvement
+# Both keep the checkpoint of the best validation nll_loss (per target token, no smoothing).
+translation_protocol() {
+  if [ "$OPTIMIZER" = sgd ]; then
+    PROTOCOL_ARGS=(--criterion cross_entropy --sentence-avg --optimizer sgd --lr "${LR:-1.0}" --clip-norm 5.0
+                   --lr-scheduler paper_halving --halving-threshold 0.01 --halvings "$HALVINGS" --stop-min-lr 0)
+  else
+    PROTOCOL_ARGS=(--criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING"
+                   --optimizer adam --adam-betas "(0.9, 0.98)" --lr "${LR:-0.0005}" --weight-decay 0.0001
+                   --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
+                   --patience "$PATIENCE")
+  fi
+  PROTOCOL_ARGS+=(--best-checkpoint-metric nll_loss)
+}
+
 choose_device()  { "$PY" recipes/steps.py --prog "$NAME" "${DRY[@]}" device "$@"; }    # auto|cpu|cuda
 fetch()          { "$PY" recipes/steps.py --prog "$NAME" "${DRY[@]}" fetch "$@"; }     # URL DEST HINT
 prepare()        { "$PY" recipes/steps.py --prog "$NAME" "${DRY[@]}" prepare "$@"; }   # DIR CMD...

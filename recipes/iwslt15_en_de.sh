@@ -6,7 +6,8 @@
 # noising row (none blank unigram kn, plus kn on the source only and on the target only) and gamma_0;
 # gamma_0 chosen on validation perplexity. TED tst2012 is the validation set, tst2014 the test set;
 # top-50K word vocabularies per language. Test BLEU with sacrebleu on detokenized output against
-# the raw references. Writes $RESULTS_DIR/iwslt15.md (iwslt15-spm.md with --spm) beside Table 4.
+# the raw references. Writes $RESULTS_DIR/iwslt15.md (iwslt15-spm.md with --spm, -ARCH and -adam
+# added for another ARCH and OPTIMIZER=adam) beside Table 4.
 #
 #   bash recipes/setup.sh && IWSLT_TGZ=/path/to/de-en.tgz bash recipes/iwslt15_en_de.sh
 #
@@ -26,6 +27,9 @@
 #   GAMMAS        gamma_0 values tried for every noised row (default "0.1 0.2 0.3"); one run each
 #   GAMMAS_<scheme>  the grid of one scheme's rows instead of GAMMAS, e.g. GAMMAS_kn="0.2 0.4"
 #   ARCH          default noising_lstm_iwslt_en_de; HIDDEN DROPOUT LAYERS override its values
+#                 (HIDDEN, LAYERS: noising_lstm_* only); any fairseq translation architecture
+#   OPTIMIZER     sgd (default, the paper's) or adam (a Transformer's); LR WARMUP LABEL_SMOOTHING
+#                 PATIENCE: as in recipes/multi30k.sh
 #   BATCH_SIZE    default 128; MAX_EPOCH default 50; HALVINGS default 8; BEAM default 5; SEED 1
 #   NWORDS        words per language (default 50000); TOKENIZER auto | moses | simple
 #   SPM_VOCAB SPM_JOINT   with --spm: pieces per model (default 16000), 1 for one joint model
@@ -53,6 +57,10 @@ ARCH=${ARCH:-noising_lstm_iwslt_en_de}
 BATCH_SIZE=${BATCH_SIZE:-128}
 MAX_EPOCH=${MAX_EPOCH:-50}
 HALVINGS=${HALVINGS:-8}
+OPTIMIZER=${OPTIMIZER:-sgd}
+WARMUP=${WARMUP:-4000}
+LABEL_SMOOTHING=${LABEL_SMOOTHING:-0.1}
+PATIENCE=${PATIENCE:-10}
 BEAM=${BEAM:-5}
 NWORDS=${NWORDS:-50000}
 TOKENIZER=${TOKENIZER:-auto}
@@ -66,6 +74,7 @@ RESULTS_DIR=${RESULTS_DIR:-results}
 SETTINGS=(VALID_SET="$VALID_SET" TEST_SET="$TEST_SET"
           ROWS="$ROWS" GAMMAS="$GAMMAS" ARCH="$ARCH" HIDDEN="${HIDDEN:-}" DROPOUT="${DROPOUT:-}"
           LAYERS="${LAYERS:-}" BATCH_SIZE="$BATCH_SIZE" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
+          OPTIMIZER="$OPTIMIZER" LR="${LR:-}" WARMUP="$WARMUP" LABEL_SMOOTHING="$LABEL_SMOOTHING" PATIENCE="$PATIENCE"
           BEAM="$BEAM" NWORDS="$NWORDS" TOKENIZER="$TOKENIZER" SPM="$SPM" SPM_VOCAB="$SPM_VOCAB"
           SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS")
 require_venv
@@ -73,6 +82,9 @@ check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
 DEVICE_ARGS=()
 if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
+# the model's name in run folders: another architecture, size or optimizer trains in its own
+MODEL=$ARCH${HIDDEN:+-h$HIDDEN}
+if [ "$OPTIMIZER" != sgd ]; then MODEL+=-$OPTIMIZER; fi
 
 # 1. data: the release's texts (IWSLT_TGZ, or a download), then the raw pairs: train.tags minus their
 #    metadata lines, the <seg> elements of VALID_SET and TEST_SET
@@ -98,7 +110,7 @@ if [ "$SPM" = 1 ]; then
   prepare "$SEG" "$PY" recipes/prepare_translation.py spm-dir --indir "$RAW" --outdir "$SEG" \
     --src en --tgt de --vocab-size "$SPM_VOCAB" "${JOINT[@]}"
   DATA=$SEG/data-bin
-  RUN_DIR=$WORK/runs-$(basename "$SEG")-$ARCH${HIDDEN:+-h$HIDDEN}
+  RUN_DIR=$WORK/runs-$(basename "$SEG")-$MODEL
   POST_ARGS=(--post-process sentencepiece)   # fairseq-generate prints detokenized text
   SCORE_ARGS=(--tokenizer none)
 else
@@ -107,7 +119,7 @@ else
     --src en --tgt de --tokenizer "$TOKENIZER"
   DATA=$WORK/data-bin-w$NWORDS
   VOCAB_ARGS=(--nwordssrc "$NWORDS" --nwordstgt "$NWORDS")
-  RUN_DIR=$WORK/runs-w$NWORDS-$ARCH${HIDDEN:+-h$HIDDEN}
+  RUN_DIR=$WORK/runs-w$NWORDS-$MODEL
   POST_ARGS=()
   SCORE_ARGS=(--tokenizer "$TOKENIZER" --tok-ref "$SEG/test.de")
 fi
@@ -116,12 +128,14 @@ prepare "$DATA" "$BIN/fairseq-preprocess" --source-lang en --target-lang de \
   "${VOCAB_ARGS[@]}" --destdir "$DATA" --workers 2
 
 # 3. train one model per row and gamma_0 (none once); a row is a scheme, or scheme:side to noise
-#    one side only. The loss is summed over target tokens and averaged over sentences (Luong et al.),
-#    so the 1% rule reads the per-token nll_loss. A cut-off run resumes from checkpoint_last.pt.
+#    one side only. The optimisation protocol (OPTIMIZER: the paper's SGD, or Adam for a
+#    Transformer) is translation_protocol in recipes/_common.sh; either keeps the best per-token
+#    nll_loss. A cut-off run resumes from checkpoint_last.pt.
 MODEL_ARGS=(--arch "$ARCH")
 if [ -n "${HIDDEN:-}" ]; then MODEL_ARGS+=(--hidden-size "$HIDDEN"); fi
 if [ -n "${DROPOUT:-}" ]; then MODEL_ARGS+=(--dropout "$DROPOUT"); fi
 if [ -n "${LAYERS:-}" ]; then MODEL_ARGS+=(--num-layers "$LAYERS"); fi
+translation_protocol
 read -r -a EXTRA <<< "$EXTRA_ARGS"
 RUNS=()
 for row in $ROWS; do
@@ -132,9 +146,7 @@ for row in $ROWS; do
     train "${RUNS[-1]}" "$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising --task noised_translation \
       --source-lang en --target-lang de \
       --noise-scheme "${row%%:*}" --noise-gamma "$gamma" --noise-side "$side" \
-      "${MODEL_ARGS[@]}" --criterion cross_entropy --sentence-avg --best-checkpoint-metric nll_loss \
-      --optimizer sgd --lr 1.0 --clip-norm 5.0 --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1 \
-      --lr-scheduler paper_halving --halving-threshold 0.01 --halvings "$HALVINGS" --stop-min-lr 0 \
+      "${MODEL_ARGS[@]}" "${PROTOCOL_ARGS[@]}" --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1 \
       --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
       --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
   done
@@ -165,5 +177,7 @@ done
 #    the chosen runs' test translations
 SUFFIX=""
 if [ "$SPM" = 1 ]; then SUFFIX=-spm; fi
+if [ "$ARCH" != noising_lstm_iwslt_en_de ]; then SUFFIX+=-$ARCH; fi
+if [ "$OPTIMIZER" != sgd ]; then SUFFIX+=-$OPTIMIZER; fi
 write_results iwslt15 --out "$RESULTS_DIR/iwslt15$SUFFIX.md" --device "$DEVICE" --data "$IWSLT_TGZ" \
   --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"

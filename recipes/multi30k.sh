@@ -4,9 +4,9 @@
 # fallback), word vocabularies (or --spm: sentencepiece), one LSTM encoder-decoder with dot attention
 # per noising row and gamma_0 (SGD lr 1.0, clip 5, paper_halving with the 1% rule), validation
 # perplexity picks gamma_0, fairseq-generate on test2016, BLEU with sacrebleu. Writes
-# $RESULTS_DIR/multi30k.md (multi30k-spm.md with --spm; the paper has no Multi30k table: Table 4's
-# IWSLT figures are shown for orientation only). Each Multi30k file ends with one extra empty line,
-# which is dropped.
+# $RESULTS_DIR/multi30k.md (multi30k-spm.md with --spm, multi30k-ARCH-adam.md for another ARCH
+# and OPTIMIZER=adam; the paper has no Multi30k table: Table 4's IWSLT figures are shown for
+# orientation only). Each Multi30k file ends with one extra empty line, which is dropped.
 #
 #   bash recipes/setup.sh && HIDDEN=128 ROWS="none kn" GAMMAS=0.2 bash recipes/multi30k.sh
 #
@@ -20,8 +20,14 @@
 #   GAMMAS        gamma_0 values tried for every noised row (default "0.1 0.2 0.3"); one run each
 #   GAMMAS_<scheme>  the grid of one scheme's rows instead of GAMMAS, e.g. GAMMAS_kn="0.2 0.4"
 #   ARCH          default noising_lstm_iwslt_en_de (2 x 512, dropout 0.2, reversed source);
-#                 noising_lstm_seq2seq_tiny for tests
-#   HIDDEN DROPOUT LAYERS   override the architecture's values
+#                 noising_lstm_seq2seq_tiny for tests; any fairseq translation architecture, e.g.
+#                 transformer_iwslt_de_en (with OPTIMIZER=adam)
+#   HIDDEN DROPOUT LAYERS   override the architecture's values (HIDDEN and LAYERS: noising_lstm_*
+#                 architectures only; give other architectures' sizes in EXTRA_ARGS)
+#   OPTIMIZER     sgd (default: the paper's SGD 1.0, clip 5, 1% halving rule, HALVINGS halvings) or
+#                 adam (label smoothing LABEL_SMOOTHING (0.1), Adam with WARMUP (4000) warm-up
+#                 updates and inverse-sqrt decay, stop after PATIENCE (10) epochs without a better
+#                 validation); LR the learning rate (default 1.0 for sgd, 0.0005 for adam)
 #   BATCH_SIZE    default 128; MAX_EPOCH default 50; HALVINGS default 8; BEAM default 5; SEED 1
 #   NWORDS        vocabulary per language (default 50000; fairseq keeps all words if fewer)
 #   TOKENIZER     auto | moses | simple (default auto: moses when sacremoses is installed)
@@ -48,6 +54,10 @@ ARCH=${ARCH:-noising_lstm_iwslt_en_de}
 BATCH_SIZE=${BATCH_SIZE:-128}
 MAX_EPOCH=${MAX_EPOCH:-50}
 HALVINGS=${HALVINGS:-8}
+OPTIMIZER=${OPTIMIZER:-sgd}
+WARMUP=${WARMUP:-4000}
+LABEL_SMOOTHING=${LABEL_SMOOTHING:-0.1}
+PATIENCE=${PATIENCE:-10}
 BEAM=${BEAM:-5}
 NWORDS=${NWORDS:-50000}
 TOKENIZER=${TOKENIZER:-auto}
@@ -60,6 +70,7 @@ WORK=$(realpath -m "${WORK:-runs/multi30k}")
 RESULTS_DIR=${RESULTS_DIR:-results}
 SETTINGS=(ROWS="$ROWS" GAMMAS="$GAMMAS" ARCH="$ARCH" HIDDEN="${HIDDEN:-}" DROPOUT="${DROPOUT:-}"
           LAYERS="${LAYERS:-}" BATCH_SIZE="$BATCH_SIZE" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
+          OPTIMIZER="$OPTIMIZER" LR="${LR:-}" WARMUP="$WARMUP" LABEL_SMOOTHING="$LABEL_SMOOTHING" PATIENCE="$PATIENCE"
           BEAM="$BEAM" NWORDS="$NWORDS" TOKENIZER="$TOKENIZER" SPM="$SPM" SPM_VOCAB="$SPM_VOCAB"
           SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS")
 require_venv
@@ -67,6 +78,9 @@ check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
 DEVICE_ARGS=()
 if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
+# the model's name in run folders: another architecture, size or optimizer trains in its own
+MODEL=$ARCH${HIDDEN:+-h$HIDDEN}
+if [ "$OPTIMIZER" != sgd ]; then MODEL+=-$OPTIMIZER; fi
 
 # 1. data: MULTI30K_DIR (or the shared copy beside the repository, or a download), then the raw
 #    pairs without the files' extra empty last line
@@ -101,7 +115,7 @@ if [ "$SPM" = 1 ]; then
   prepare "$SEG" "$PY" recipes/prepare_translation.py spm-dir --indir "$RAW" --outdir "$SEG" \
     --src en --tgt de --vocab-size "$SPM_VOCAB" "${JOINT[@]}"
   DATA=$SEG/data-bin
-  RUN_DIR=$WORK/runs-$(basename "$SEG")-$ARCH${HIDDEN:+-h$HIDDEN}
+  RUN_DIR=$WORK/runs-$(basename "$SEG")-$MODEL
   POST_ARGS=(--post-process sentencepiece)   # fairseq-generate prints detokenized text
   SCORE_ARGS=(--tokenizer none)
 else
@@ -110,7 +124,7 @@ else
     --src en --tgt de --tokenizer "$TOKENIZER"
   DATA=$WORK/data-bin-w$NWORDS
   VOCAB_ARGS=(--nwordssrc "$NWORDS" --nwordstgt "$NWORDS")
-  RUN_DIR=$WORK/runs-w$NWORDS-$ARCH${HIDDEN:+-h$HIDDEN}
+  RUN_DIR=$WORK/runs-w$NWORDS-$MODEL
   POST_ARGS=()
   SCORE_ARGS=(--tokenizer "$TOKENIZER" --tok-ref "$SEG/test.de")
 fi
@@ -119,12 +133,14 @@ prepare "$DATA" "$BIN/fairseq-preprocess" --source-lang en --target-lang de \
   "${VOCAB_ARGS[@]}" --destdir "$DATA" --workers 2
 
 # 3. train one model per row and gamma_0 (none once); a row is a scheme, or scheme:side to noise
-#    one side only. The loss is summed over target tokens and averaged over sentences (Luong et al.),
-#    so the 1% rule reads the per-token nll_loss. A cut-off run resumes from checkpoint_last.pt.
+#    one side only. The optimisation protocol (OPTIMIZER: the paper's SGD, or Adam for a
+#    Transformer) is translation_protocol in recipes/_common.sh; either keeps the best per-token
+#    nll_loss. A cut-off run resumes from checkpoint_last.pt.
 MODEL_ARGS=(--arch "$ARCH")
 if [ -n "${HIDDEN:-}" ]; then MODEL_ARGS+=(--hidden-size "$HIDDEN"); fi
 if [ -n "${DROPOUT:-}" ]; then MODEL_ARGS+=(--dropout "$DROPOUT"); fi
 if [ -n "${LAYERS:-}" ]; then MODEL_ARGS+=(--num-layers "$LAYERS"); fi
+translation_protocol
 read -r -a EXTRA <<< "$EXTRA_ARGS"
 RUNS=()
 for row in $ROWS; do
@@ -135,9 +151,7 @@ for row in $ROWS; do
     train "${RUNS[-1]}" "$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising --task noised_translation \
       --source-lang en --target-lang de \
       --noise-scheme "${row%%:*}" --noise-gamma "$gamma" --noise-side "$side" \
-      "${MODEL_ARGS[@]}" --criterion cross_entropy --sentence-avg --best-checkpoint-metric nll_loss \
-      --optimizer sgd --lr 1.0 --clip-norm 5.0 --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1 \
-      --lr-scheduler paper_halving --halving-threshold 0.01 --halvings "$HALVINGS" --stop-min-lr 0 \
+      "${MODEL_ARGS[@]}" "${PROTOCOL_ARGS[@]}" --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1 \
       --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
       --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
   done
@@ -168,5 +182,7 @@ done
 #    and the chosen runs' test translations
 SUFFIX=""
 if [ "$SPM" = 1 ]; then SUFFIX=-spm; fi
+if [ "$ARCH" != noising_lstm_iwslt_en_de ]; then SUFFIX+=-$ARCH; fi
+if [ "$OPTIMIZER" != sgd ]; then SUFFIX+=-$OPTIMIZER; fi
 write_results multi30k --out "$RESULTS_DIR/multi30k$SUFFIX.md" --device "$DEVICE" --data "$MULTI30K_DIR" \
   --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"

@@ -107,3 +107,10 @@ def row_label(row: str) -> str:
     """The table label of a row: the scheme's registry label (plus the side for ``kn:source``)."""
     scheme, _, side = row.partition(":")
     return REGISTRY[scheme].label + SIDES[side or "both"]
+
+
+# Table 6 of the paper (PTB validation, medium models whose full perplexities are near-identical):
+# perplexity of the last token where the bigram / trigram never occurs in training; the paper
+# counts 15062 such bigram and 43051 such trigram occurrences
+UNSEEN_TABLE_6 = {"none": (2881.0, 381.0), "blank": (2760.0, 372.0), "unigram": (2612.0, 365.0)}
+UNSEEN_COUNTS = (15062, 43051)

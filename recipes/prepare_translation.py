@@ -45,7 +45,8 @@ taken for a finished one):
     The three above for one decoded test set: writes the hypotheses (H), detokenizes them with the
     tokenizer T (``none``: they are detokenized text already, as with sentencepiece) into D, and
     prints ``BLEU X`` (sacrebleu 13a, D against the raw references R) and, with ``--tok-ref``,
-    ``tok BLEU Y`` (``--tokenize none``, H against the tokenized references R2).
+    ``tok BLEU Y`` (``--tokenize none``, H against the tokenized references R2), each followed by
+    its sacrebleu signature (``BLEU signature nrefs:1|case:mixed|...``).
 """
 
 import argparse
@@ -357,16 +358,18 @@ def hyps(generate_output, out):
 
 
 def bleu_score(hyp, ref, tokenize):
-    import sacrebleu
+    """(corpus BLEU, sacrebleu's signature of the metric)."""
+    from sacrebleu.metrics import BLEU
 
     h, r = read_lines(hyp), read_lines(ref)
     if len(h) != len(r):
         raise SystemExit(f"prepare_translation.py: {len(h)} hypotheses for {len(r)} references")
-    return sacrebleu.corpus_bleu(h, [r], tokenize=tokenize).score
+    metric = BLEU(tokenize=tokenize)
+    return metric.corpus_score(h, [r]).score, str(metric.get_signature())
 
 
 def bleu(hyp, ref, tokenize):
-    value = bleu_score(hyp, ref, tokenize)
+    value, _ = bleu_score(hyp, ref, tokenize)
     print(f"{value:.2f}")
     return value
 
@@ -381,9 +384,10 @@ def score(generate_output, hyps_out, detok_out, lang, ref, tokenizer, tok_ref=No
     scores = {"BLEU": bleu_score(detok_out, ref, "13a")}
     if tok_ref:
         scores["tok BLEU"] = bleu_score(hyps_out, tok_ref, "none")
-    for name, value in scores.items():
+    for name, (value, signature) in scores.items():
         print(f"{name} {value:.2f}")
-    return scores
+        print(f"{name} signature {signature}")
+    return {name: value for name, (value, _) in scores.items()}
 
 
 def main(argv=None):

@@ -21,6 +21,8 @@
 #   MAX_EPOCH    cap on epochs (default 200; the 8 halvings normally end training first)
 #   HALVINGS     halved learning rates trained before stopping (default 8)
 #   SEED         default 1
+#   ANALYZE      1 (default): Section 5's analyses of each scheme's chosen run on validation,
+#                fairseq-noise-analyze kl (Figure 3) and unseen (Table 6); 0 skips them
 #   EXTRA_ARGS   more fairseq-train flags, e.g. "--max-update 100" for a budgeted run
 #   WORK         working folder (default runs/ptb); finished steps are skipped on a rerun,
 #                unfinished training resumes from checkpoint_last.pt
@@ -39,11 +41,12 @@ GAMMAS=${GAMMAS:-0.1 0.2 0.3}
 MAX_EPOCH=${MAX_EPOCH:-200}
 HALVINGS=${HALVINGS:-8}
 SEED=${SEED:-1}
+ANALYZE=${ANALYZE:-1}
 EXTRA_ARGS=${EXTRA_ARGS:-}
 WORK=$(realpath -m "${WORK:-runs/ptb}")
 RESULTS_DIR=${RESULTS_DIR:-results}
 SETTINGS=(SIZE="$SIZE" SCHEMES="$SCHEMES" GAMMAS="$GAMMAS" HIDDEN="${HIDDEN:-}" DROPOUT="${DROPOUT:-}"
-          MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS")
+          MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS" SEED="$SEED" ANALYZE="$ANALYZE" EXTRA_ARGS="$EXTRA_ARGS")
 require_venv
 check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
@@ -93,6 +96,7 @@ done
 #    valid for every run, test for the gamma_0 of each scheme with the lowest validation perplexity
 EVAL_LM=("$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
          --stateful-bptt --batch-size 1 --tokens-per-sample 35 "${DEVICE_ARGS[@]}")
+CHOSEN=()
 for scheme in $SCHEMES; do
   runs=()
   for gamma in $(gammas_of "$scheme"); do
@@ -101,9 +105,23 @@ for scheme in $SCHEMES; do
   done
   best=$(best_run "${runs[@]}")
   evaluate "$best/test.eval.log" "${EVAL_LM[@]}" --path "$best/checkpoint_best.pt" --gen-subset test
+  CHOSEN+=("$scheme=$best/checkpoint_best.pt")
 done
 
-# 5. the results page (our table beside the paper's Table 2, every command), the training logs and
-#    Figure 1 (none against the chosen kn run)
+# 5. Section 5 of the paper on the chosen runs, validation split, read as in step 4: Figure 3 (mean
+#    KL divergence of the predicted distributions from the uniform and the unigram distribution)
+#    and Table 6 (perplexity where the bigram / trigram never occurs in training)
+ANALYSIS=()
+if [ "$ANALYZE" = 1 ]; then
+  ANALYSIS=(--analysis "$WORK/$SIZE/analysis")
+  for what in kl unseen; do
+    evaluate "$WORK/$SIZE/analysis/$what.log" "$BIN/fairseq-noise-analyze" "$what" "${CHOSEN[@]}" --data "$DATA" \
+      --split valid --eval-mode stateful --batch-size 1 --log-format simple \
+      --json "$WORK/$SIZE/analysis/$what.json" --output "$WORK/$SIZE/analysis/$what.png" "${DEVICE_ARGS[@]}"
+  done
+fi
+
+# 6. the results page (our table beside the paper's Table 2, every command), the training logs,
+#    Figure 1 (none against the chosen kn run) and the analyses
 write_results "ptb-$SIZE" --out "$RESULTS_DIR/ptb-$SIZE.md" --device "$DEVICE" --data "$PTB_DIR" \
-  --settings "${SETTINGS[@]}" --prepared "$DATA" --runs "${RUNS[@]}"
+  --settings "${SETTINGS[@]}" --prepared "$DATA" --runs "${RUNS[@]}" "${ANALYSIS[@]}"

@@ -25,14 +25,19 @@ _AT_LEAST = {
     "TEST_CHARS": 1,
     "MIN_COUNT": 0,
     "THREADS": 1,
+    "WARMUP": 0,
+    "PATIENCE": 1,
 }
 _CHOICES = {
     "SIZE": ("small", "medium", "large"),
     "TOKENIZER": ("auto", "moses", "simple"),
     "SPM": ("0", "1"),
     "SPM_JOINT": ("0", "1"),
+    "OPTIMIZER": ("sgd", "adam"),
+    "ANALYZE": ("0", "1"),
 }
-_OPTIONAL = ("HIDDEN", "DROPOUT", "LAYERS")  # empty: the architecture's value
+_OPTIONAL = ("HIDDEN", "DROPOUT", "LAYERS", "LR")  # empty: the architecture's / protocol's value
+_LSTM_ONLY = {"HIDDEN": "--hidden-size", "LAYERS": "--num-layers"}  # options of our LSTM models
 
 
 def _number(text: str) -> Optional[float]:
@@ -84,15 +89,26 @@ def settings_error(settings: Dict[str, str]) -> Optional[str]:
                 return f"{name} must be one gamma_0 value in [0, 1], got {value!r}"
             if not fine:
                 return f"{name} must be gamma_0 values in [0, 1], got {value!r}"
-        elif name == "DROPOUT":
+        elif name in ("DROPOUT", "LABEL_SMOOTHING"):
             x = _number(value)
             if x is None or not 0.0 <= x < 1.0:
                 return f"{name} must be a probability in [0, 1), got {value!r}"
+        elif name == "LR":
+            x = _number(value)
+            if x is None or not x > 0.0:
+                return f"{name} must be a learning rate > 0, got {value!r}"
         elif name in _AT_LEAST:
             if not re.fullmatch(r"[0-9]+", value) or int(value) < _AT_LEAST[name]:
                 return f"{name} must be a whole number >= {_AT_LEAST[name]}, got {value!r}"
         elif name in _CHOICES and value not in _CHOICES[name]:
             return f"{name} must be {' or '.join(_CHOICES[name])}, got {value!r}"
+    arch = settings.get("ARCH", "noising_lstm")
+    for name, flag in _LSTM_ONLY.items():
+        if settings.get(name) and not arch.startswith("noising_lstm"):
+            return (
+                f"{name} sets {flag} of the noising_lstm architectures, which ARCH={arch} has "
+                f"not: give its sizes in EXTRA_ARGS"
+            )
     return None
 
 

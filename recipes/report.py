@@ -4,7 +4,7 @@
     python recipes/report.py check [--prog NAME] NAME=VALUE ...
     python recipes/report.py best [--prog NAME] [--dry-run] RUN ...
     python recipes/report.py write [--prog NAME] [--dry-run] TABLE --out PAGE --device DEVICE \\
-        --data PATH --settings NAME=VALUE ... --prepared DIR ... --runs RUN ...
+        --data PATH --settings NAME=VALUE ... --prepared DIR ... --runs RUN ... [--analysis DIR]
 
 ``check`` stops with one line naming the first recipe setting (SIZE, SCHEMES, ROWS, GAMMAS,
 ``GAMMAS_<scheme>`` from the environment, MAX_EPOCH, ...) whose value is not what the recipe
@@ -15,8 +15,10 @@ with ``-gBEST`` for its gamma_0.
 ``ptb-medium``, ``ptb-large``, ``text8``, ``iwslt15``, ``multi30k``): our figures beside the paper's,
 the validation perplexity of every run, the training logs in ``PAGE-logs/`` (for translation also
 the chosen runs' detokenized test output) and, for a language model trained with ``none`` and
-``kn``, Figure 1 of the paper (``PAGE-curves.png``, numbers in ``PAGE-curves.json``); then every
-command that made them, as recorded by ``recipes/steps.py``.
+``kn``, Figure 1 of the paper (``PAGE-curves.png``, numbers in ``PAGE-curves.json``); with
+``--analysis DIR``, Figure 3 and Table 6 from the recipe's ``fairseq-noise-analyze kl`` and
+``unseen`` outputs in DIR (``recipes/analysis_section.py``, copied into ``PAGE-analysis/``); then
+every command that made them, as recorded by ``recipes/steps.py``.
 
 A run folder (RUN) is a save dir of ``recipes/steps.py train``: ``.done`` holds its training command
 (the scheme, gamma_0 and side are read from it), ``train.log`` its output. The recipe writes each
@@ -36,6 +38,7 @@ import datetime
 import json
 import logging
 import os
+import shlex
 import shutil
 import string
 import sys
@@ -47,6 +50,7 @@ REPO = os.path.dirname(HERE)
 sys.path[:0] = [HERE, REPO]
 logging.disable(logging.INFO)  # importing the plugin may import fairseq, which logs at INFO
 
+import analysis_section  # noqa: E402
 from paper_tables import PROTOCOL, TABLES, Table, row_label  # noqa: E402
 from recipe_settings import (  # noqa: E402
     parse_settings,
@@ -54,7 +58,17 @@ from recipe_settings import (  # noqa: E402
     settings_line,
     with_scheme_grids,
 )
-from run_folders import Run, best_run, bleu_scores, choose, perplexity, read_run, read_text  # noqa: E402
+from run_folders import (  # noqa: E402
+    Run,
+    best_run,
+    bleu_scores,
+    bleu_signatures,
+    choose,
+    flag_value,
+    perplexity,
+    read_run,
+    read_text,
+)
 from steps import fail, read_marker, shown, shown_command, shown_line  # noqa: E402
 
 from fairseq_noising.analysis import logs  # noqa: E402
@@ -75,6 +89,15 @@ def _fmt(value: Optional[float]) -> str:
 
 def _paper(value: Optional[float]) -> str:
     return NONE if value is None else f"{value:g}"
+
+
+def _duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return NONE
+    minutes = int(round(seconds / 60.0))
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
@@ -216,7 +239,7 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
         _notes(table, settings, args.data, args.prepared),
         "",
     ]
-    main_rows, every_run = [], []
+    main_rows, every_run, signatures, gpus = [], [], {}, set()
     for row in rows:
         paper = table.paper.get(row.key, (None, None))
         chosen = row.chosen
@@ -230,13 +253,26 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
             if "BLEU" not in found:
                 fail(prog, f"no BLEU in {shown(chosen.file('test.bleu'))}")
             scores = [_fmt(found["BLEU"]), _fmt(found.get("tok BLEU"))]
+            for name, signature in bleu_signatures(chosen.file("test.bleu")).items():
+                signatures.setdefault(name, set()).add(signature)
         main_rows.append(
             [row_label(row.key), chosen.gamma, _fmt(row.valid[chosen.path]), *scores]
             + [_paper(p) for p in paper]
         )
         for run in row.runs:
-            epochs = len(logs.read_log(run.file("train.log")).valid_ppl)
-            every_run.append([row.key, run.gamma, _fmt(row.valid[run.path]), str(epochs)])
+            log = logs.read_log(run.file("train.log"))
+            gpus.add(log.gpu or "CPU")
+            halving = flag_value(shlex.split(run.command), "--lr-scheduler", "") == "paper_halving"
+            every_run.append(
+                [
+                    row.key,
+                    run.gamma,
+                    _fmt(row.valid[run.path]),
+                    str(len(log.valid_ppl)),
+                    str(log.halvings) if halving else NONE,
+                    _duration(log.wall_seconds),
+                ]
+            )
     if table.kind == "lm":
         header = [
             "Noising scheme",
@@ -246,7 +282,7 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
             "Paper validation",
             "Paper test",
         ]
-        every = ["scheme", "gamma_0", "Validation", "epochs validated"]
+        every = ["scheme", "gamma_0", "Validation", "epochs validated", "halvings", "wall time"]
         logs_text = "Training logs of every run:"
     else:
         header = [
@@ -258,14 +294,30 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
             "Paper perplexity",
             "Paper BLEU",
         ]
-        every = ["row", "gamma_0", "Perplexity", "epochs validated"]
+        every = ["row", "gamma_0", "Perplexity", "epochs validated", "halvings", "wall time"]
         logs_text = "Training logs of every run and the detokenized test translations of the chosen gamma_0:"
     name = os.path.basename(logs_dir)
     lines += _md_table(header, main_rows)
-    lines += ["", "Validation perplexity of every run:", ""] + _md_table(every, every_run)
+    if signatures:
+        lines += [
+            "",
+            "sacrebleu signatures: "
+            + "; ".join(
+                f"{name} `{sig}`" for name, sigs in signatures.items() for sig in sorted(sigs)
+            )
+            + ".",
+        ]
+    lines += [
+        "",
+        "Every run: validation perplexity, epochs, learning-rate halvings (paper_halving runs) and",
+        f"wall time of training (the logs' `wall` at the last epoch) on {', '.join(sorted(gpus))}:",
+        "",
+    ] + _md_table(every, every_run)
     lines += ["", f"{logs_text} [`{name}/`]({name}/).", ""]
     if table.kind == "lm":
         lines += figure_1(rows, logs_dir, stem + "-curves.png") or []
+    if args.analysis:
+        lines += analysis_section.section(args.analysis, stem + "-analysis", prog)
     lines += ["## Commands", "", "Preparation:", ""]
     lines += [_marker_command(os.path.join(d, ".done"), prog) for d in args.prepared]
     lines += [
@@ -285,9 +337,14 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
         "Evaluation (valid for every run, test for the chosen gamma_0):",
         "",
     ] + evaluations
+    if args.analysis:
+        lines += ["", "Analyses (each scheme's chosen run):", ""] + [
+            _marker_command(os.path.join(args.analysis, f"{what}.log.done"), prog)
+            for what in ("kl", "unseen")
+        ]
     lines += [
         "",
-        "This page, its logs folder and its figure:",
+        "This page, its logs folder and its figures:",
         "",
         "    " + shown_command(command),
         "",
@@ -322,6 +379,7 @@ def main(argv=None) -> int:
     p.add_argument("--settings", nargs="*", default=[], metavar="NAME=VALUE")
     p.add_argument("--prepared", nargs="*", default=[], metavar="DIR")
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN")
+    p.add_argument("--analysis", metavar="DIR", help="the folder of the kl and unseen analyses")
     args = parser.parse_args(argv)
     if args.command == "check":
         error = settings_error(with_scheme_grids(parse_settings(args.settings)))

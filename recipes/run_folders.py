@@ -12,6 +12,7 @@ from steps import fail, read_marker, shown
 _EVAL_LM = re.compile(r"Perplexity: ([0-9.]+)")
 _VALIDATE = re.compile(r"valid on '[^']+' subset \|.*?\| ppl ([0-9.]+)")
 _SCORE = re.compile(r"^(BLEU|tok BLEU) ([0-9.]+)\s*$", re.M)
+_SIGNATURE = re.compile(r"^(BLEU|tok BLEU) signature (\S+)\s*$", re.M)
 
 
 def read_text(path: str) -> Optional[str]:
@@ -35,6 +36,11 @@ def perplexity(path: str) -> Optional[float]:
 def bleu_scores(path: str) -> Dict[str, float]:
     """``{"BLEU": x, "tok BLEU": y}`` from the output of ``prepare_translation.py score``."""
     return {name: float(value) for name, value in _SCORE.findall(read_text(path) or "")}
+
+
+def bleu_signatures(path: str) -> Dict[str, str]:
+    """``{"BLEU": "nrefs:1|case:mixed|...", ...}``: sacrebleu's signature of each score."""
+    return dict(_SIGNATURE.findall(read_text(path) or ""))
 
 
 def flag_value(cmd: Sequence[str], flag: str, default: str) -> str:

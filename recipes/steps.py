@@ -119,8 +119,10 @@ def _mtime(path: str) -> int:
 
 
 def newer_inputs(marker: str, cmd: Sequence[str]) -> List[str]:
-    """The files named in the command (not the program) that are newer than the marker."""
-    return [a for a in cmd[1:] if os.path.isfile(a) and _mtime(a) > _mtime(marker)]
+    """The files named in the command (not the program), also as ``LABEL=PATH``, that are newer
+    than the marker."""
+    named = [a for a in cmd[1:]] + [a.split("=", 1)[1] for a in cmd[1:] if "=" in a]
+    return [a for a in named if os.path.isfile(a) and _mtime(a) > _mtime(marker)]
 
 
 def is_finished(marker: str, line: str, cmd: Sequence[str] = (), fresh_check: bool = False) -> bool:

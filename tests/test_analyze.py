@@ -387,17 +387,23 @@ CONFIG = (
     "'noised_language_modeling', 'noise_scheme': %s, 'noise_gamma': %s, 'seed': 1}}\n"
 )
 
+# fairseq pads the GPU's name to 40 characters
+GPU_LINE = (
+    "2024-01-01 00:00:01 | INFO | fairseq.utils | rank   0: capabilities =  9.0  ; "
+    "total memory = 79.179 GB ; name = " + f"{'NVIDIA H100 80GB HBM3':40s}" + "\n"
+)
 SIMPLE = (
     CONFIG % ("kn", "0.2")
+    + GPU_LINE
     + """\
 2024-01-01 00:00:01 | INFO | train_inner | epoch 001:    100 / 200 loss=9.1, ppl=549.0, wps=1
 2024-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8 | ppl 256.5 | wps 1
-2024-01-01 00:00:02 | INFO | train | epoch 001 | loss 8.5 | ppl 362.04 | wps 100 | num_updates 200
+2024-01-01 00:00:02 | INFO | train | epoch 001 | loss 8.5 | ppl 362.04 | wps 100 | num_updates 200 | lr 1 | wall 58
 2024-01-01 00:00:03 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7 | ppl 128.25 | wps 1
 2024-01-01 00:00:03 | INFO | valid | epoch 002 | valid on 'test' subset | loss 6 | ppl 64 | wps 1
-2024-01-01 00:00:03 | INFO | train | epoch 002 | loss 7.5 | ppl 181.02 | wps 100 | num_updates 400
+2024-01-01 00:00:03 | INFO | train | epoch 002 | loss 7.5 | ppl 181.02 | wps 100 | num_updates 400 | lr 0.5 | wall 120
 2024-01-01 00:00:04 | INFO | valid | epoch 003 | valid on 'valid' subset | loss 7.2 | ppl 140.0 | wps 1
-2024-01-01 00:00:04 | INFO | train | epoch 003 | loss 7.0 | ppl 128.5 | wps 100 | num_updates 600
+2024-01-01 00:00:04 | INFO | train | epoch 003 | loss 7.0 | ppl 128.5 | wps 100 | num_updates 600 | lr 0.25 | wall 181
 """
 )
 
@@ -406,9 +412,9 @@ JSON = (
     + """\
 2024-01-01 00:00:01 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "9.1", "ppl": "549"}
 2024-01-01 00:00:02 | INFO | valid | {"epoch": 1, "valid_loss": "8.2", "valid_ppl": "300.1", "valid_wps": "1"}
-2024-01-01 00:00:02 | INFO | train | {"epoch": 1, "train_loss": "8.6", "train_ppl": "390.2", "train_wps": "1"}
+2024-01-01 00:00:02 | INFO | train | {"epoch": 1, "train_loss": "8.6", "train_ppl": "390.2", "train_wps": "1", "train_lr": "1", "train_wall": "30"}
 2024-01-01 00:00:03 | INFO | valid | {"epoch": 2, "valid_loss": "7.9", "valid_ppl": "240.5", "valid_wps": "1"}
-2024-01-01 00:00:03 | INFO | train | {"epoch": 2, "train_loss": "7.7", "train_ppl": "210.75", "train_wps": "1"}
+2024-01-01 00:00:03 | INFO | train | {"epoch": 2, "train_loss": "7.7", "train_ppl": "210.75", "train_wps": "1", "train_lr": "1", "train_wall": "61"}
 """
 )
 
@@ -429,6 +435,25 @@ def test_logs_are_parsed_exactly():
     assert (js.noise_scheme, js.noise_gamma) == ("none", 0.0)
     tq = logs.parse_log(TQDM)
     assert tq.train_ppl == {1: 512.0} and tq.valid_ppl == {1: 260.0} and tq.noise_scheme is None
+
+
+def test_logs_give_the_learning_rate_wall_time_and_gpu_of_each_epoch():
+    simple = logs.parse_log(SIMPLE)
+    assert simple.lr == {1: 1.0, 2: 0.5, 3: 0.25} and simple.halvings == 2
+    assert simple.wall == {1: 58.0, 2: 120.0, 3: 181.0} and simple.wall_seconds == 181.0
+    assert simple.gpu == "NVIDIA H100 80GB HBM3"
+    js = logs.parse_log(JSON)
+    assert js.lr == {1: 1.0, 2: 1.0} and js.halvings == 0 and js.wall_seconds == 61.0
+    assert js.gpu is None
+    # a resumed run repeats an epoch: its last summary counts, and a rise is no halving
+    resumed = logs.parse_log(
+        "epoch 001 | loss 9 | ppl 512 | lr 1 | wall 10\n"
+        "epoch 002 | loss 8 | ppl 256 | lr 0.5 | wall 20\n"
+        "epoch 002 | loss 8 | ppl 250 | lr 0.5 | wall 25\n"
+        "epoch 003 | loss 7 | ppl 128 | lr 0.0005 | wall 31\n"
+        "epoch 004 | loss 7 | ppl 128 | lr 0.001 | wall 40\n"
+    )
+    assert resumed.wall == {1: 10.0, 2: 25.0, 3: 31.0, 4: 40.0} and resumed.halvings == 2
 
 
 def test_curves_reads_the_logs(tmp_path, capsys):

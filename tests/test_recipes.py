@@ -41,6 +41,7 @@ def load(name):
 prepare_text8 = load("prepare_text8")
 prepare_translation = load("prepare_translation")
 sys.path.insert(0, str(RECIPES))
+import analysis_section  # noqa: E402
 import paper_tables  # noqa: E402
 import report  # noqa: E402
 import steps  # noqa: E402
@@ -121,7 +122,10 @@ class FakeFairseq:
             run = os.path.dirname(flags["--generate-output"])
             Path(flags["--detok"]).write_text(f"detokenized output of {os.path.basename(run)}\n")
             bleu, tok = self.bleu[run]
-            return f"BLEU {bleu}\n" + (f"tok BLEU {tok}\n" if tok is not None else "")
+            out = f"BLEU {bleu}\nBLEU signature nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp\n"
+            if tok is not None:
+                out += f"tok BLEU {tok}\ntok BLEU signature nrefs:1|case:mixed|eff:no|tok:none\n"
+            return out
         return ""
 
     def run_piped(self, cmd, sinks, keep=lambda line: True):
@@ -234,6 +238,20 @@ def test_an_evaluation_is_redone_when_its_checkpoint_is_newer(fake, tmp_path, ca
     assert f"> {logs['kn-g0.2'][0]} 2>&1" in out  # the line shows where the output goes
 
 
+def test_a_checkpoint_named_as_label_path_is_an_input_too(tmp_path):
+    ckpt, other = tmp_path / "kn" / "checkpoint_best.pt", tmp_path / "none.pt"
+    ckpt.parent.mkdir()
+    for path in (ckpt, other):
+        path.write_bytes(b"x")
+    marker = tmp_path / "kl.log.done"
+    marker.write_text("line\n")
+    cmd = ["fairseq-noise-analyze", "kl", f"none={other}", f"kn={ckpt}", "--data", "d=x"]
+    assert steps.newer_inputs(str(marker), cmd) == []
+    os.utime(ckpt, ns=(marker.stat().st_mtime_ns + 10**9,) * 2)
+    assert steps.newer_inputs(str(marker), cmd) == [str(ckpt)]
+    assert not steps.is_finished(str(marker), "line", cmd, fresh_check=True)
+
+
 def test_a_dry_run_prints_every_command_and_writes_nothing(fake, tmp_path, capsys):
     run = steps.Steps("t.sh", dry_run=True)
     run.prepare(str(tmp_path / "data-bin"), ["fairseq-preprocess", "--destdir", "x"])
@@ -331,6 +349,21 @@ def test_paths_are_shown_relative_to_the_repository(tmp_path, monkeypatch):
         ({"DROPOUT": "1"}, "DROPOUT must be a probability in [0, 1), got '1'"),
         ({"TOKENIZER": "spacy"}, "TOKENIZER must be auto or moses or simple, got 'spacy'"),
         ({"SPM_JOINT": "yes"}, "SPM_JOINT must be 0 or 1, got 'yes'"),
+        ({"OPTIMIZER": "adagrad"}, "OPTIMIZER must be sgd or adam, got 'adagrad'"),
+        ({"LR": "0"}, "LR must be a learning rate > 0, got '0'"),
+        ({"LR": "fast"}, "LR must be a learning rate > 0, got 'fast'"),
+        ({"WARMUP": "-1"}, "WARMUP must be a whole number >= 0, got '-1'"),
+        ({"PATIENCE": "0"}, "PATIENCE must be a whole number >= 1, got '0'"),
+        ({"LABEL_SMOOTHING": "1.0"}, "LABEL_SMOOTHING must be a probability in [0, 1)"),
+        (
+            {"ARCH": "transformer_iwslt_de_en", "HIDDEN": "256"},
+            "HIDDEN sets --hidden-size of the noising_lstm architectures, which "
+            "ARCH=transformer_iwslt_de_en has not: give its sizes in EXTRA_ARGS",
+        ),
+        (
+            {"ARCH": "transformer", "HIDDEN": "", "LAYERS": "3"},
+            "LAYERS sets --num-layers of the noising_lstm architectures, which ARCH=transformer",
+        ),
     ],
 )
 def test_a_bad_setting_is_named_with_what_was_expected(settings, message):
@@ -350,8 +383,15 @@ def test_good_settings_pass_and_the_scheme_grids_come_from_the_environment():
         "EXTRA_ARGS": "--max-update 10",
         "ROWS": "none kn kn:source kn:target",
         "DEVICE": "x",
+        "OPTIMIZER": "adam",
+        "LR": "",
+        "WARMUP": "0",
+        "PATIENCE": "3",
+        "LABEL_SMOOTHING": "0.1",
     }
     assert report.settings_error(good) is None
+    transformer = {"ARCH": "transformer_iwslt_de_en", "HIDDEN": "", "LAYERS": "", "LR": "5e-4"}
+    assert report.settings_error(transformer) is None
     grids = report.with_scheme_grids(
         {"SCHEMES": "none kn"}, {"GAMMAS_kn": "0.3 2", "GAMMAS_ad": "9"}
     )
@@ -372,6 +412,23 @@ def test_row_labels_come_from_the_scheme_registry(monkeypatch):
 
 def eval_lm_output(ppl):
     return f"2026-01-01 | INFO | fairseq_cli.eval_lm | Loss (base 2): 7.0, Perplexity: {ppl}\n"
+
+
+@pytest.mark.parametrize(
+    "seconds, shown",
+    [
+        (None, "—"),
+        (42.4, "42 s"),
+        (59.6, "60 s"),
+        (89.0, "1 min"),
+        (307.0, "5 min"),
+        (3599.0, "1 h 00 min"),
+        (3900.0, "1 h 05 min"),
+        (36000.0, "10 h 00 min"),
+    ],
+)
+def test_wall_times_are_shown_in_seconds_minutes_or_hours(seconds, shown):
+    assert report._duration(seconds) == shown
 
 
 def test_perplexities_are_read_from_fairseq_eval_lm_and_fairseq_validate(tmp_path):
@@ -412,19 +469,30 @@ def test_gamma_0_is_chosen_on_validation_perplexity(tmp_path, capsys):
     )
 
 
-def train_log(scheme, gamma, epochs):
-    """A fairseq-train log (simple format) with the given (train ppl, valid ppl) per epoch."""
+def train_log(scheme, gamma, epochs, gpu=None):
+    """A fairseq-train log (simple format) with the given (train ppl, valid ppl) per epoch (and
+    the learning rate, 1 unless the entry has a third element); its wall time at epoch e is
+    100 e + 7 s (plus 1000 s for a repeated epoch) and its GPU ``gpu`` (None: a CPU run)."""
     lines = [
         f"2026-01-01 00:00:00 | INFO | fairseq_cli.train | {{'task': {{'_name': "
         f"'noised_language_modeling', 'noise_scheme': '{scheme}', 'noise_gamma': {gamma}}}}}"
     ]
-    for epoch, (train, valid) in epochs:
+    if gpu:
+        lines.append(
+            "2026-01-01 00:00:00 | INFO | fairseq.utils | rank   0: capabilities =  9.0  ; "
+            f"total memory = 79.179 GB ; name = {gpu:40s}"
+        )
+    seen = set()
+    for epoch, (train, valid), *lr in epochs:
+        wall = 100 * epoch + 7 + (1000 if epoch in seen else 0)
+        seen.add(epoch)
         lines += [
             f"2026-01-01 00:00:01 | INFO | train_inner | epoch {epoch:03d}:     10 / 20 loss=9.1, ppl=999.0",
             f"2026-01-01 00:00:02 | INFO | valid | epoch {epoch:03d} | valid on 'valid' subset | loss 7 | "
             f"nll_loss 7 | ppl {valid} | wps 10 | wpb 470 | bsz 20 | num_updates {epoch * 20}",
             f"2026-01-01 00:00:03 | INFO | train | epoch {epoch:03d} | loss 8 | nll_loss 8 | ppl {train} | "
-            f"wps 10 | ups 1 | wpb 530 | bsz 20 | num_updates {epoch * 20} | lr 1 | gnorm 1 | wall 3",
+            f"wps 10 | ups 1 | wpb 530 | bsz 20 | num_updates {epoch * 20} | lr {lr[0] if lr else 1} | "
+            f"gnorm 1 | wall {wall}",
         ]
     return "\n".join(lines) + "\n"
 
@@ -450,6 +518,9 @@ def no_drawing(monkeypatch):
 FAKE_BIN = str(REPO / ".venv" / "bin")  # as the recipes name the programs (shown relative)
 
 
+H100 = "NVIDIA H100 80GB HBM3"
+
+
 def lm_pipeline(tmp_path, fake, script):
     """The steps of recipes/ptb.sh on fake fairseq: SCRIPT is (scheme, gamma) -> (train log
     epochs, valid ppl, test ppl); returns the run folders and the preparation folder."""
@@ -470,7 +541,7 @@ def lm_pipeline(tmp_path, fake, script):
     for (scheme, gamma), (epochs, valid, test) in script.items():
         folder = str(tmp_path / "medium" / f"{scheme}-g{gamma}")
         runs[scheme, gamma] = folder
-        fake.train_logs[folder] = train_log(scheme, gamma, epochs)
+        fake.train_logs[folder] = train_log(scheme, gamma, epochs, gpu=H100)
         fake.perplexity[(folder, "valid")] = valid
         fake.perplexity[(folder, "test")] = test
         run.train(
@@ -486,6 +557,8 @@ def lm_pipeline(tmp_path, fake, script):
                 gamma,
                 "--save-dir",
                 folder,
+                "--lr-scheduler",
+                "paper_halving",
             ],
         )
     evaluate = [f"{FAKE_BIN}/fairseq-eval-lm", str(data), "--user-dir", "fairseq_noising"]
@@ -513,7 +586,11 @@ LM_SCRIPT = {
     ("blank", "0.1"): ([(1, (310.0, 205.0))], 125.0, 122.0),
     ("blank", "0.2"): ([(1, (320.0, 210.0))], 125.0, 999.0),  # a tie: the first gamma_0 wins
     ("kn", "0.2"): ([(1, (400.0, 210.0)), (2, (190.0, 150.0))], 120.5, 999.0),
-    ("kn", "0.4"): ([(1, (420.0, 215.0)), (2, (200.0, 149.0)), (3, (170.0, 129.5))], 119.0, 116.0),
+    ("kn", "0.4"): (
+        [(1, (420.0, 215.0), 1), (2, (200.0, 149.0), 0.5), (3, (170.0, 129.5), 0.25)],
+        119.0,
+        116.0,
+    ),
 }
 
 
@@ -551,14 +628,17 @@ def test_the_lm_page_is_written_from_the_runs(fake, no_drawing, tmp_path, capsys
         "| blank | 0.1 | 125.00 | 122.00 | 82.7 | 78.8 |",
         "| bigram Kneser-Ney | 0.4 | 119.00 | 116.00 | 79.9 | 76.9 |",
     ]
-    assert rows[4:10] == [  # the epochs are the distinct epochs validated (none resumed in epoch 2)
-        "| scheme | gamma_0 | Validation | epochs validated |",
-        "| none | 0 | 130.00 | 3 |",
-        "| blank | 0.1 | 125.00 | 1 |",
-        "| blank | 0.2 | 125.00 | 1 |",
-        "| kn | 0.2 | 120.50 | 2 |",
-        "| kn | 0.4 | 119.00 | 3 |",
+    # the epochs are the distinct epochs validated (none resumed in epoch 2), the halvings the
+    # learning rate's drops, the wall time the last epoch's (none: 307 s; kn 0.2: 207 s)
+    assert rows[4:10] == [
+        "| scheme | gamma_0 | Validation | epochs validated | halvings | wall time |",
+        "| none | 0 | 130.00 | 3 | 0 | 5 min |",
+        "| blank | 0.1 | 125.00 | 1 | 0 | 2 min |",
+        "| blank | 0.2 | 125.00 | 1 | 0 | 2 min |",
+        "| kn | 0.2 | 120.50 | 2 | 0 | 3 min |",
+        "| kn | 0.4 | 119.00 | 3 | 2 | 5 min |",
     ]
+    assert "time of training (the logs' `wall` at the last epoch) on NVIDIA H100 80GB HBM3:" in page
     assert "Settings: SIZE=medium SCHEMES='none blank kn'." in page
     assert (
         "Data: ../shared/data/ptb." in page
@@ -585,7 +665,7 @@ def test_the_lm_page_is_written_from_the_runs(fake, no_drawing, tmp_path, capsys
         "none-g0.train.log",
     ]
     assert (logs / "kn-g0.4.train.log").read_text() == train_log(
-        "kn", "0.4", LM_SCRIPT["kn", "0.4"][0]
+        "kn", "0.4", LM_SCRIPT["kn", "0.4"][0], gpu=H100
     )
     # every command, as it ran, with repository-relative paths
     commands = page[page.index("## Commands") :]
@@ -596,7 +676,7 @@ def test_the_lm_page_is_written_from_the_runs(fake, no_drawing, tmp_path, capsys
     ) in commands
     assert (
         f"    .venv/bin/fairseq-train {data} --user-dir fairseq_noising --noise-scheme kn "
-        f"--noise-gamma 0.4 --save-dir {kn}\n"
+        f"--noise-gamma 0.4 --save-dir {kn} --lr-scheduler paper_halving\n"
     ) in commands
     assert (
         f"    .venv/bin/fairseq-eval-lm {data} --user-dir fairseq_noising --path {kn}/checkpoint_best.pt "
@@ -643,6 +723,45 @@ def test_a_page_without_a_kn_run_has_no_figure_and_a_missing_evaluation_is_named
         report.main(args)
     assert (
         f"ptb.sh: no test perplexity in {runs['blank', '0.1']}/test.eval.log"
+        in capsys.readouterr().err
+    )
+
+
+def test_the_analysis_section_shows_figure_3_and_table_6_beside_the_paper(tmp_path, capsys):
+    analysis = tmp_path / "analysis"
+    analysis.mkdir()
+    kl = [
+        dict(label="none", gamma=0.0, kl_uniform=4.64882, kl_unigram=1.97071, ppl=134.0381),
+        dict(label="kn", gamma=0.2, kl_uniform=4.46084, kl_unigram=1.79904, ppl=130.5712),
+    ]
+    unseen = [
+        dict(label=m["label"], gamma=m["gamma"], all_ppl=m["ppl"], all_positions=73759)
+        | dict(bigram_ppl=b, bigram_positions=15000, trigram_ppl=t, trigram_positions=43000)
+        for m, b, t in zip(kl, (2900.555, 2700.0), (390.0, 370.125))
+    ]
+    for what, models in (("kl", kl), ("unseen", unseen)):
+        (analysis / f"{what}.json").write_text(json.dumps({"split": "valid", "models": models}))
+        (analysis / f"{what}.png").write_bytes(b"png of " + what.encode())
+    out = tmp_path / "ptb-medium-analysis"
+    lines = analysis_section.section(str(analysis), str(out), "ptb.sh")
+    rows = table_rows("\n".join(lines))
+    assert rows == [
+        "| scheme | gamma_0 | KL uniform | KL unigram | perplexity |",
+        "| none | 0 | 4.6488 | 1.9707 | 134.04 |",
+        "| kn | 0.2 | 4.4608 | 1.7990 | 130.57 |",
+        "| scheme | gamma_0 | all | unseen bigrams | positions | unseen trigrams | positions | "
+        "paper bigrams | paper trigrams |",
+        "| none | 0 | 134.04 | 2900.55 | 15000 | 390.00 | 43000 | 2881 | 381 |",
+        "| kn | 0.2 | 130.57 | 2700.00 | 15000 | 370.12 | 43000 | — | — |",
+    ]
+    assert "73759 positions" in "\n".join(lines)
+    assert (out / "unseen.png").read_bytes() == b"png of unseen" and (out / "kl.json").is_file()
+    assert "![unseen n-grams](ptb-medium-analysis/unseen.png)" in lines
+    os.remove(analysis / "unseen.json")
+    with pytest.raises(SystemExit):
+        analysis_section.section(str(analysis), str(out), "ptb.sh")
+    assert (
+        f"ptb.sh: no unseen analysis in {analysis}/unseen.json: did the analysis step run?"
         in capsys.readouterr().err
     )
 
@@ -759,7 +878,14 @@ def test_the_translation_page_is_written_from_the_runs(fake, tmp_path, capsys):
         "| bigram Kneser-Ney | 0.2 | 51.03 | 3.64 | 3.66 | 7.92 | 26 |",
         "| bigram Kneser-Ney, source only | 0.2 | 49.49 | 3.53 | 3.50 | 8.74 | 24.8 |",
     ]
-    assert "| kn | 0.1 | 52.00 | 1 |" in rows and "| kn:source | 0.2 | 49.49 | 1 |" in rows
+    # no halvings column for runs without paper_halving; the fake logs say "on CPU"
+    assert "| kn | 0.1 | 52.00 | 1 | — | 2 min |" in rows
+    assert "| kn:source | 0.2 | 49.49 | 1 | — | 2 min |" in rows
+    assert "wall time of training (the logs' `wall` at the last epoch) on CPU:" in page
+    assert (
+        "sacrebleu signatures: BLEU `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp`; "
+        "tok BLEU `nrefs:1|case:mixed|eff:no|tok:none`."
+    ) in page
     assert "Vocabulary: words, top 50000 per language, tokenizer moses." in page
     logs = tmp_path / "multi30k-logs"
     assert sorted(p.name for p in logs.iterdir()) == [
@@ -1096,9 +1222,12 @@ def test_score_writes_hypotheses_and_prints_both_bleus(tmp_path, capsys):
     expected_tok = sacrebleu.corpus_bleu(
         [a, b], [tok_ref.read_text().splitlines()], tokenize="none"
     ).score
-    assert capsys.readouterr().out.splitlines()[-2:] == [
+    version = sacrebleu.__version__
+    assert capsys.readouterr().out.splitlines()[-4:] == [
         f"BLEU {expected:.2f}",
+        f"BLEU signature nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}",
         f"tok BLEU {expected_tok:.2f}",
+        f"tok BLEU signature nrefs:1|case:mixed|eff:no|tok:none|smooth:exp|version:{version}",
     ]
     assert scores == {"BLEU": expected, "tok BLEU": expected_tok}
     # sentencepiece output is detokenized already: no tokenized BLEU
@@ -1328,6 +1457,74 @@ def test_per_scheme_gamma_grid(data_env, tmp_path):
     ]
 
 
+# the translation protocols, as Luong et al. (SGD) and fairseq's IWSLT Transformer example (Adam)
+# give them, plus the checkpoint choice of both
+SGD_PROTOCOL = {
+    "--criterion": "cross_entropy",
+    "--sentence-avg": None,
+    "--optimizer": "sgd",
+    "--lr": "1.0",
+    "--clip-norm": "5.0",
+    "--lr-scheduler": "paper_halving",
+    "--halving-threshold": "0.01",
+    "--halvings": "8",
+    "--best-checkpoint-metric": "nll_loss",
+}
+ADAM_PROTOCOL = {
+    "--criterion": "label_smoothed_cross_entropy",
+    "--label-smoothing": "0.1",
+    "--optimizer": "adam",
+    "--adam-betas": "(0.9, 0.98)",
+    "--lr": "0.0005",
+    "--weight-decay": "0.0001",
+    "--lr-scheduler": "inverse_sqrt",
+    "--warmup-updates": "4000",
+    "--warmup-init-lr": "1e-07",
+    "--patience": "10",
+    "--best-checkpoint-metric": "nll_loss",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["multi30k.sh", "iwslt15_en_de.sh"])
+def test_translation_recipes_train_with_the_chosen_protocol(name, data_env, tmp_path):
+    env = dict(data_env, WORK=str(tmp_path / "w"), ROWS="none kn", GAMMAS="0.2")
+    page = "multi30k" if name == "multi30k.sh" else "iwslt15"
+    for settings, protocol, model, suffix in [
+        ({}, SGD_PROTOCOL, "noising_lstm_iwslt_en_de", ""),
+        (
+            dict(TRANSFORMER, WARMUP="0", LR="0.001"),
+            None,
+            "transformer_iwslt_de_en-adam",
+            "-transformer_iwslt_de_en-adam",
+        ),
+        ({"HIDDEN": "64", "OPTIMIZER": "adam"}, None, "noising_lstm_iwslt_en_de-h64-adam", "-adam"),
+    ]:
+        out = recipe(name, "--dry-run", env=dict(env, **settings)).stdout
+        runs = train_flags(out)
+        assert len(runs) == 2
+        expected = protocol or dict(
+            ADAM_PROTOCOL,
+            **{
+                "--warmup-updates": settings.get("WARMUP", "4000"),
+                "--lr": settings.get("LR", "0.0005"),
+            },
+        )
+        for flags in runs:
+            assert {k: flags.get(k, "absent") for k in expected} == expected
+            assert flags["--arch"] == settings.get("ARCH", "noising_lstm_iwslt_en_de")
+            # nothing of the other protocol
+            other = set(ADAM_PROTOCOL if protocol else SGD_PROTOCOL) - set(expected)
+            assert not other & set(flags), other & set(flags)
+        assert re.findall(r"--save-dir \S+/runs-w50000-(\S+)/(\S+)", out) == [
+            (model, "none-g0"),
+            (model, "kn-g0.2"),
+        ]
+        assert out.rstrip().endswith(f"writes {data_env['RESULTS_DIR']}/{page}{suffix}.md)"), out[
+            -300:
+        ]
+
+
 def train_flags(out):
     """{flag: value} of every fairseq-train line of a dry run, minus what differs between runs."""
     runs = []
@@ -1346,16 +1543,20 @@ def train_flags(out):
     return runs
 
 
+TRANSFORMER = {"ARCH": "transformer_iwslt_de_en", "OPTIMIZER": "adam"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "first, second, differ",
+    "first, second, differ, settings",
     [
-        ("ptb.sh", "text8.sh", {"--arch", "--hidden-size", "--dropout"}),
-        ("multi30k.sh", "iwslt15_en_de.sh", set()),
+        ("ptb.sh", "text8.sh", {"--arch", "--hidden-size", "--dropout"}, {}),
+        ("multi30k.sh", "iwslt15_en_de.sh", set(), {}),
+        ("multi30k.sh", "iwslt15_en_de.sh", set(), TRANSFORMER),
     ],
 )
 def test_recipes_of_one_table_kind_train_with_the_same_protocol(
-    first, second, differ, data_env, tmp_path
+    first, second, differ, settings, data_env, tmp_path
 ):
     """The LM recipes (and the translation recipes) are written out separately: they must train and
     evaluate with the same flags apart from the model."""
@@ -1369,6 +1570,7 @@ def test_recipes_of_one_table_kind_train_with_the_same_protocol(
                 SIZE="medium",
                 SCHEMES="none kn",
                 ROWS="none kn",
+                **settings,
             ),
         ).stdout
         for name in (first, second)
@@ -1531,6 +1733,111 @@ def test_multi30k_end_to_end_tiny(data_env, tmp_path):
     assert table_rows((results / "multi30k.md").read_text())[2:] == rows[2:]
 
 
+TINY_TRANSFORMER = (
+    "--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 "
+    "--encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 "
+    "--decoder-attention-heads 2"
+)
+
+
+@pytest.mark.slow
+def test_multi30k_end_to_end_tiny_transformer_with_adam(data_env, tmp_path):
+    """Beyond the paper: noising a fairseq Transformer trained with Adam, through the same recipe."""
+    work = tmp_path / "work"
+    env = dict(
+        data_env,
+        WORK=str(work),
+        ARCH="transformer",
+        OPTIMIZER="adam",
+        WARMUP="5",
+        PATIENCE="1",
+        EXTRA_ARGS=TINY_TRANSFORMER,
+        ROWS="none kn",
+        GAMMAS="0.2",
+        MAX_EPOCH="2",
+        BEAM="1",
+        GEN_ARGS="--max-len-b 5",
+    )
+    recipe("multi30k.sh", env=env)
+    results = Path(data_env["RESULTS_DIR"])
+    md = (results / "multi30k-transformer-adam.md").read_text()
+    assert not (results / "multi30k.md").exists()  # the paper's LSTM page is another page
+    rows = table_rows(md)
+    logs = results / "multi30k-transformer-adam-logs"
+    import sacrebleu
+
+    references = (work / "raw" / "test.de").read_text(encoding="utf-8").splitlines()
+    train_losses = {}
+    for label, run in (("none", "none-g0"), ("bigram Kneser-Ney", "kn-g0.2")):
+        cells = next(r for r in rows if r.startswith(f"| {label} |")).strip("|").split("|")
+        hyps = (logs / f"{run}.test.detok").read_text(encoding="utf-8").splitlines()
+        assert cells[3].strip() == f"{sacrebleu.corpus_bleu(hyps, [references]).score:.2f}"
+        log = (logs / f"{run}.train.log").read_text()
+        assert "arch='transformer'" in log and "'label_smoothing': 0.1" in log
+        assert "'_name': 'inverse_sqrt', 'warmup_updates': 5" in log
+        train_losses[run] = re.findall(r"\| train \| epoch 001 \| loss ([0-9.]+)", log)
+    # the same seed and model: only the noised batches make kn's first epoch differ
+    assert train_losses["none-g0"] and train_losses["none-g0"] != train_losses["kn-g0.2"]
+    header = rows.index("| row | gamma_0 | Perplexity | epochs validated | halvings | wall time |")
+    every = rows[header + 1 :]
+    assert [r.split("|")[1:6] for r in every] == [  # 2 epochs each, no halvings column
+        [" none ", " 0 ", every[0].split("|")[3], " 2 ", " — "],
+        [" kn ", " 0.2 ", every[1].split("|")[3], " 2 ", " — "],
+    ]
+    assert "sacrebleu signatures: BLEU `nrefs:1|case:mixed|eff:no|tok:13a|" in md
+    assert "--optimizer adam" in md and "--lr-scheduler inverse_sqrt" in md
+
+
+def brute_force_unseen(train_lines, valid_lines):
+    """(positions, unseen bigram positions, unseen trigram positions) of the validation stream as
+    the stateful reading scores it (every token but the first), counted from the text: words
+    outside the training vocabulary are <unk>, every line ends with </s>, and the n-grams of both
+    streams are read after one leading </s>."""
+    vocab = {w for line in train_lines for w in line.split()} | {"</s>"}
+
+    def stream(lines):
+        return ["</s>"] + [
+            w if w in vocab else "<unk>" for line in lines for w in line.split() + ["</s>"]
+        ]
+
+    train, valid = stream(train_lines), stream(valid_lines)
+    bigrams = set(zip(train, train[1:]))
+    trigrams = set(zip(train, train[1:], train[2:]))
+    scored = range(2, len(valid))  # valid[1] is the split's first token
+    bi = sum((valid[p - 1], valid[p]) not in bigrams for p in scored)
+    tri = sum((valid[p - 2], valid[p - 1], valid[p]) not in trigrams for p in scored)
+    return len(scored), bi, tri
+
+
+def analysis_section_of_ptb(md, results, ptb_dir, kn_gamma):
+    """The page's Section 5 analyses: Figure 3 and Table 6 of each scheme's chosen run."""
+    rows = table_rows(md)
+    main = {r.split("|")[1].strip(): r.split("|") for r in rows[1:3]}
+    kl = rows[rows.index("| scheme | gamma_0 | KL uniform | KL unigram | perplexity |") + 1 :][:2]
+    assert [r.split("|")[1:3] for r in kl] == [[" none ", " 0 "], [" kn ", f" {kn_gamma} "]]
+    header = rows.index(
+        "| scheme | gamma_0 | all | unseen bigrams | positions | unseen trigrams | positions | "
+        "paper bigrams | paper trigrams |"
+    )
+    unseen = [[c.strip() for c in r.strip("|").split("|")] for r in rows[header + 1 :][:2]]
+    texts = {
+        split: (Path(ptb_dir) / f"ptb.{split}.txt").read_text().splitlines()
+        for split in ("train", "valid")
+    }
+    n, bi, tri = brute_force_unseen(texts["train"], texts["valid"])
+    for cells, label in zip(unseen, ("none", "bigram Kneser-Ney")):
+        assert cells[4] == str(bi) and cells[6] == str(tri), (cells, bi, tri)
+        # the all-positions perplexity is the same stateful reading as fairseq-eval-lm's
+        assert float(cells[2]) == pytest.approx(float(main[label][3]), abs=0.02), (cells, main)
+    assert unseen[0][7:] == ["2881", "381"] and unseen[1][7:] == ["—", "—"]
+    assert f"{n} positions" in md
+    for name in ("kl.png", "unseen.png", "kl.json", "unseen.json"):
+        assert (results / "ptb-small-analysis" / name).is_file()
+    assert (results / "ptb-small-analysis" / "kl.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![KL divergences](ptb-small-analysis/kl.png)" in md
+    assert "fairseq-noise-analyze kl none=" in md and "fairseq-noise-analyze unseen none=" in md
+
+
 @pytest.mark.slow
 def test_ptb_end_to_end_tiny(data_env, tmp_path):
     work = tmp_path / "work"
@@ -1581,13 +1888,13 @@ def test_ptb_end_to_end_tiny(data_env, tmp_path):
     assert sorted(curves) == ["kn gamma_0 " + cells[1], "none"]
     assert curves["none"]["path"].endswith("ptb-small-logs/none-g0.train.log")
     assert len(curves["none"]["valid_ppl"]) == 1 and len(curves["none"]["train_ppl"]) == 1
+    analysis_section_of_ptb(md, results, data_env["PTB_DIR"], cells[1])
     again = recipe("ptb.sh", env=env)
     assert not [line for line in again.stdout.splitlines() if line.startswith("+ ")], (
         "a rerun runs nothing"
     )
-    assert (
-        again.stdout.count("= done already") == 9
-    )  # data-bin, 3 runs, 3 valid and 2 test evaluations
+    # data-bin, 3 runs, 3 valid and 2 test evaluations, 2 analyses
+    assert again.stdout.count("= done already") == 11
     # a checkpoint newer than its evaluation is evaluated again, and only that one
     ckpt = work / "small" / "kn-g0.4" / "checkpoint_best.pt"
     evaluated = work / "small" / "kn-g0.4" / "valid.eval.log"
@@ -1595,12 +1902,14 @@ def test_ptb_end_to_end_tiny(data_env, tmp_path):
     before, other_before = evaluated.stat().st_mtime_ns, other.stat().st_mtime_ns
     ckpt.touch()
     third = recipe("ptb.sh", env=env)
-    chosen = cells[1] == "0.4"  # then its test evaluation is redone too
-    assert [
-        line.split("--path ")[1].split()[0]
-        for line in third.stdout.splitlines()
-        if line.startswith("+ ")
-    ] == [str(ckpt)] * (2 if chosen else 1)
+    chosen = cells[1] == "0.4"  # then its test evaluation and the analyses are redone too
+    redone = [line for line in third.stdout.splitlines() if line.startswith("+ ")]
+    assert [line.split("--path ")[1].split()[0] for line in redone if "--path" in line] == [
+        str(ckpt)
+    ] * (2 if chosen else 1)
+    assert [line.split()[2] for line in redone if "fairseq-noise-analyze" in line] == (
+        ["kl", "unseen"] if chosen else []
+    )
     assert evaluated.stat().st_mtime_ns > before and other.stat().st_mtime_ns == other_before
 
 

@@ -1,62 +1,104 @@
 #!/usr/bin/env bash
-# Driver of a lent-GPU session for PTB medium (Table 2), run on the device machine from the
-# repository root, one phase per device call (each call at most 10 minutes; start the next call
-# within 30 s of the last, or the machine and its runs are gone):
-#   bash tools/gpu_session.sh start SECONDS    install, benchmarks, launch the runs (setsid), watch
-#   bash tools/gpu_session.sh wait SECONDS     watch until SECONDS (into this call) or all runs done
-#   bash tools/gpu_session.sh finish SECONDS   watch; then write results/ptb-medium.md (all done)
-#                                              or stop the runs and evaluate checkpoint_best.pt
-# Every phase ends by archiving the logs (no checkpoints) into $OUT/gpu.tgz.
-# Prepared on the development machine (the folder .gpu/ is in .git/info/exclude and is carried):
+# Driver of a lent-GPU session, run on the device machine from the repository root, one phase per
+# device call (each call at most 10 minutes; start the next call within 30 s of the last, or the
+# machine and its runs are gone). PLAN picks the work (default ptb-medium):
+#   quickstart   issue 10: recipes/quickstart.sh on cuda (the medium none/kn pair, whole protocol)
+#   ptb-medium   Table 2, medium: one recipes/ptb.sh job per scheme and gamma_0 (GAMMAS_*)
+#   ptb-large    Table 2, large (issue 13): none and kn first (SCHEMES to add blank unigram)
+#   multi30k     issue 12: the six LSTM rows (2 x 512, SGD) and a Transformer none/kn pair (Adam)
+# Phases:
+#   bash tools/gpu_session.sh plan             print every job's command (also on a CPU: a check)
+#   bash tools/gpu_session.sh start SECONDS    install, launch the jobs (setsid), watch until SECONDS
+#   bash tools/gpu_session.sh wait SECONDS     watch until SECONDS (into this call) or all jobs done
+#   bash tools/gpu_session.sh finish SECONDS   watch; then write the results pages (all done), or
+#                                              stop the jobs, the logs telling where they were
+# Each job is one recipe run for one row, with its own RESULTS_DIR under runs/partial/; once all are
+# done, the final command reruns the recipe over all rows, finds every step done and writes the
+# page into results/. Every phase but plan ends by archiving logs and pages (no checkpoints) into
+# $OUT/gpu.tgz. Prepared on the development machine (.gpu/ is in .git/info/exclude; carry it):
 #   .gpu/w/    wheels of ve-fairseq, hydra-core, omegaconf, antlr4-python3-runtime, bitarray,
-#              sacremoses and this plugin for CPython 3.12 (from bash recipes/setup.sh
-#              --build-wheelhouse DIR --python-version 3.12; the image has torch and the rest)
-#   .gpu/ptb/  a copy of ../shared/data/ptb (../shared does not travel)
-# QUICKSTART=1 also runs the quick start's GPU pair. Results of its first use:
-# results/gpu-h100-2026-11-23/README.md.
+#              sacremoses and this plugin for CPython 3.12 (bash recipes/setup.sh --build-wheelhouse
+#              .gpu/w --python-version 3.12, then only those; the image has torch and the rest)
+#   .gpu/ptb/ .gpu/multi30k/   copies of ../shared/data/ptb and multi30k (../shared does not travel)
+# First use and its measurements: results/gpu-h100-2026-11-23/README.md.
 set -u
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
+PLAN=${PLAN:-ptb-medium}
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-mkdir -p runs/logs
-VENV=/tmp/venv  # the image's python3 (with its CUDA torch) plus our wheels
-export VENV PATH=/tmp/venv/bin:$PATH
-PTB=$PWD/.gpu/ptb
-SCHEMES="none blank unigram kn"
-export GAMMAS="0.1 0.2" GAMMAS_kn="0.2 0.4"  # the gamma_0 grids, read by recipes/ptb.sh
-RUNS="none-0"
-for s in blank unigram kn; do v=GAMMAS_$s; for g in ${!v:-$GAMMAS}; do RUNS+=" $s-$g"; done; done
-MED=runs/ptb/medium
+export VENV=${VENV:-/tmp/venv}  # made by "start": the image's python3 (its CUDA torch) + our wheels
+export PATH=$VENV/bin:$PATH
+PTB=${GPU_PTB:-.gpu/ptb} M30K=${GPU_MULTI30K:-.gpu/multi30k}  # the data copies (tests: elsewhere)
+R=${GPU_RUNS:-runs}  # the recipes' working folders and the partial pages
+LOGS=$R/logs
+export GAMMAS=${GAMMAS:-0.1 0.2} GAMMAS_kn=${GAMMAS_kn:-0.2 0.4}  # the gamma_0 grids
+
+JOBS=()    # "name|VAR=value ... bash recipes/X.sh": the first one prepares the data
+FINAL=()   # the commands that write the pages once every job is done
+READY=""   # the marker the first job writes once the data are prepared
+case "$PLAN" in
+quickstart)
+  JOBS=("quickstart|DEVICE=cuda THREADS=1 PTB_DIR=$PTB WORK=$R/quickstart bash recipes/quickstart.sh")
+  ;;
+ptb-medium | ptb-large)
+  SIZE=${PLAN#ptb-}
+  SCHEMES=${SCHEMES:-$([ "$SIZE" = medium ] && echo "none blank unigram kn" || echo "none kn")}
+  COMMON="SIZE=$SIZE PTB_DIR=$PTB WORK=$R/ptb DEVICE=cuda"
+  for s in $SCHEMES; do
+    grid=GAMMAS_$s
+    for g in $([ "$s" = none ] && echo 0 || echo "${!grid:-$GAMMAS}"); do
+      JOBS+=("ptb-$SIZE-$s-$g|$COMMON SCHEMES=$s GAMMAS=$g GAMMAS_$s=$g ANALYZE=0 RESULTS_DIR=$R/partial/ptb-$SIZE-$s-$g bash recipes/ptb.sh")
+    done
+  done
+  FINAL=("$COMMON SCHEMES='$SCHEMES' bash recipes/ptb.sh")
+  READY=$R/ptb/data-bin/.done
+  ;;
+multi30k)
+  ROWS=${ROWS:-none blank unigram kn kn:source kn:target}
+  COMMON="MULTI30K_DIR=$M30K WORK=$R/multi30k DEVICE=cuda"
+  TRANSFORMER="ARCH=transformer_iwslt_de_en OPTIMIZER=adam DROPOUT=0.3 WARMUP=${WARMUP:-1000} MAX_EPOCH=${TRANSFORMER_EPOCHS:-40}"
+  for row in $ROWS; do
+    grid=GAMMAS_${row%%:*}
+    for g in $([ "$row" = none ] && echo 0 || echo "${!grid:-$GAMMAS}"); do
+      JOBS+=("m30k-${row/:/-}-$g|$COMMON ROWS=$row GAMMAS=$g GAMMAS_${row%%:*}=$g RESULTS_DIR=$R/partial/m30k-${row/:/-}-$g bash recipes/multi30k.sh")
+    done
+  done
+  for row in none kn; do
+    g=$([ "$row" = none ] && echo 0 || echo 0.2)
+    JOBS+=("m30k-transformer-$row-$g|$COMMON $TRANSFORMER ROWS=$row GAMMAS=$g GAMMAS_kn=$g RESULTS_DIR=$R/partial/m30k-transformer-$row-$g bash recipes/multi30k.sh")
+  done
+  FINAL=("$COMMON ROWS='$ROWS' bash recipes/multi30k.sh" "$COMMON $TRANSFORMER ROWS='none kn' GAMMAS=0.2 GAMMAS_kn=0.2 bash recipes/multi30k.sh")
+  READY=$R/multi30k/data-bin-w50000/.done
+  ;;
+*) echo "gpu_session.sh: PLAN must be quickstart, ptb-medium, ptb-large or multi30k, got '$PLAN'" >&2; exit 2 ;;
+esac
 
 elapsed() { echo $(( $(date +%s) - T0 )); }
+name_of() { echo "${1%%|*}"; }
+command_of() { echo "${1#*|}"; }
 
 status() {
   echo "== $(date -u +%H:%M:%S) ($(elapsed) s into this call)"
-  for d in $MED/*/ runs/quickstart/none/ runs/quickstart/kn/; do
-    [ -f "$d/train.log" ] || continue
-    awk -v name="$d" '
-      /valid on .valid. subset/ { n++; match($0, /epoch [0-9]+/); ep=substr($0, RSTART+6, RLENGTH-6);
-                                  match($0, /\| ppl [0-9.]+/); vp=substr($0, RSTART+6, RLENGTH-6) }
-      /train_inner|epoch [0-9]+: +[0-9]+ \// { inner=$0 }
-      /lr [0-9.e-]+ \|/ { }
-      END { sub(/.*epoch /, "epoch ", inner); printf "%-32s valid epochs %3d last valid ppl %-8s | %s\n", name, n, vp, substr(inner, 1, 90) }
-    ' "$d/train.log"
-    [ -f "$d/.done" ] && echo "      done"
+  for job in "${JOBS[@]}"; do
+    local name; name=$(name_of "$job")
+    [ -f "$LOGS/$name.log" ] || continue
+    printf "%-34s %s | %s\n" "$name" "$(cat "$LOGS/$name.exit" 2>/dev/null || echo running)" \
+      "$(grep -E "valid on 'valid'|train_inner" "$LOGS/$name.log" | tail -1 | sed 's/.*| epoch/epoch/' | cut -c1-110)"
   done
-  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
 }
 
 all_done() {
-  for r in $RUNS; do [ -f "$MED/${r%-*}-g${r#*-}/.done" ] || return 1; done
-  [ "${QUICKSTART:-0}" = 0 ] || [ -f runs/quickstart/results.md ] || return 1
-  return 0
+  for job in "${JOBS[@]}"; do [ "$(cat "$LOGS/$(name_of "$job").exit" 2>/dev/null)" = 0 ] || return 1; done
 }
 
 watch_until() {  # seconds
   while [ "$(elapsed)" -lt "$1" ]; do
-    if ! pgrep -f "recipes/ptb.sh|recipes/quickstart.sh" >/dev/null; then
-      if all_done; then echo "all runs done"; return 0; fi
-      echo "no run is running and not all are done: see runs/logs/"; return 1
+    local running=0
+    for job in "${JOBS[@]}"; do [ -f "$LOGS/$(name_of "$job").exit" ] || running=1; done
+    if [ "$running" = 0 ]; then
+      if all_done; then echo "all jobs done"; return 0; fi
+      echo "a job failed: see $LOGS/*.exit"; return 1
     fi
     sleep 45
     status
@@ -64,36 +106,36 @@ watch_until() {  # seconds
   return 1
 }
 
-launch() {  # name VAR=value...
-  local name=$1; shift
-  setsid env SIZE=medium PTB_DIR="$PTB" WORK=runs/ptb DEVICE=cuda RESULTS_DIR="runs/partial/$name" "$@" \
-    bash recipes/ptb.sh > "runs/logs/ptb-$name.log" 2>&1 < /dev/null &
+launch() {  # job
+  local name; name=$(name_of "$1")
+  setsid bash -c "env $(command_of "$1") > $LOGS/$name.log 2>&1 < /dev/null; echo \$? > $LOGS/$name.exit" &
 }
 
-case "$1" in
+archive() {
+  tar czf "$OUT/gpu.tgz" --exclude='*.pt' --exclude='data-bin*' --exclude='*.bin' --exclude='*.idx' \
+    "$LOGS" "$R/partial" results "$R"/ptb/*/ "$R"/multi30k/runs-*/ "$R"/quickstart/*/ 2>/dev/null
+  ls -la "$OUT"
+}
+
+case "${1:-}" in
+plan)
+  for job in "${JOBS[@]}"; do echo "job $(name_of "$job"): $(command_of "$job")"; done
+  for cmd in "${FINAL[@]}"; do echo "final: $cmd"; done
+  exit 0
+  ;;
 start)
+  mkdir -p "$LOGS"
   SYSPY=$(command -v python3)
-  "$SYSPY" -m venv --system-site-packages --without-pip /tmp/venv
-  "$SYSPY" -m pip --python /tmp/venv/bin/python install -q --no-index --no-deps --no-compile --no-cache-dir .gpu/w/*.whl 2>&1 | tail -3
+  "$SYSPY" -m venv --system-site-packages --without-pip "$VENV"
+  "$SYSPY" -m pip --python "$VENV/bin/python" install -q --no-index --no-deps --no-compile --no-cache-dir .gpu/w/*.whl 2>&1 | tail -3
   # the image's python3 is itself a venv: let ours see its site-packages (torch)
-  "$SYSPY" -c 'import site; print(site.getsitepackages()[0])' > /tmp/venv/lib/python3.12/site-packages/image-site.pth
+  "$SYSPY" -c 'import site; print(site.getsitepackages()[0])' > "$VENV/lib/python3.12/site-packages/image-site.pth"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, fairseq, fairseq_noising; print('torch', torch.__version__, torch.cuda.get_device_name(0), 'fairseq', fairseq.__version__)"
-  nproc
-  # benchmarks on the quiet GPU first
-  timeout 120 python3 bench/bench_lm_speed.py --data "$PTB/ptb.train.txt" --clip-norm 5 --steps 50 --rounds 3 \
-    --memory-models noising,stock,plain 2>&1 | tee runs/logs/bench_lm_speed_medium.log
-  timeout 100 python3 bench/bench_lm_speed.py --data "$PTB/ptb.train.txt" --clip-norm 5 --steps 20 --rounds 2 \
-    --hidden-size 1500 --dropout 0.65 --memory-sizes "" 2>&1 | tee runs/logs/bench_lm_speed_large.log
-  timeout 100 python3 bench/bench_training_speed.py --ptb-dir "$PTB" --mode inprocess --arch noising_lstm_lm_medium \
-    --device cuda --blocks 200 2>&1 | grep -v "^20..-" | tee runs/logs/bench_training_speed_medium.log
-  echo "benchmarks done at $(elapsed) s"
-  # none first: it binarizes; the others start once the binarization is done
-  launch none-0 SCHEMES=none
-  for i in $(seq 60); do [ -f runs/ptb/data-bin/.done ] && break; sleep 2; done
-  for r in ${RUNS#none-0 }; do launch "$r" SCHEMES="${r%-*}" GAMMAS="${r#*-}" GAMMAS_${r%-*}="${r#*-}"; done
-  [ "${QUICKSTART:-0}" = 0 ] || setsid env DEVICE=cuda THREADS=1 PTB_DIR="$PTB" bash recipes/quickstart.sh > runs/logs/quickstart.log 2>&1 < /dev/null &
-  sleep 30; for f in runs/logs/*.log; do echo "-- $f"; tail -n 3 "$f"; done
+  launch "${JOBS[0]}"
+  if [ -n "$READY" ]; then for _ in $(seq 120); do [ -f "$READY" ] && break; sleep 2; done; fi
+  for job in "${JOBS[@]:1}"; do launch "$job"; done
+  sleep 30; for f in "$LOGS"/*.log; do echo "-- $f"; tail -n 3 "$f"; done
   watch_until "$2"
   ;;
 wait)
@@ -101,27 +143,13 @@ wait)
   ;;
 finish)
   if watch_until "$2"; then
-    env SIZE=medium PTB_DIR="$PTB" WORK=runs/ptb DEVICE=cuda SCHEMES="$SCHEMES" \
-      bash recipes/ptb.sh > runs/logs/ptb-final.log 2>&1
-    tail -40 runs/logs/ptb-final.log
+    for cmd in "${FINAL[@]}"; do bash -c "env $cmd" >> "$LOGS/final.log" 2>&1; tail -30 "$LOGS/final.log"; done
   else
-    echo "not finished: stopping the runs, evaluating checkpoint_best.pt"
-    pkill -f "recipes/ptb.sh|recipes/quickstart.sh|quickstart.py"; pkill -INT -f fairseq-train; sleep 10; pkill -9 -f fairseq-train
-    for d in $MED/*/ runs/quickstart/none/ runs/quickstart/kn/; do
-      [ -f "$d/checkpoint_best.pt" ] || continue
-      data=runs/ptb/data-bin; [[ "$d" == runs/quickstart/* ]] && data=runs/quickstart/data-bin
-      for split in valid test; do
-        [ -s "$d/$split.partial.eval.log" ] && continue
-        fairseq-eval-lm "$data" --user-dir fairseq_noising --task noised_language_modeling --path "$d/checkpoint_best.pt" \
-          --gen-subset $split --stateful-bptt --batch-size 1 --tokens-per-sample 35 > "$d/$split.partial.eval.log" 2>&1 &
-      done
-    done
-    wait
-    grep -H Perplexity $MED/*/*.eval.log runs/quickstart/*/*.eval.log
+    echo "not finished: stopping the jobs; their logs say the epoch and learning rate each reached"
+    pkill -f "recipes/(ptb|multi30k|quickstart).sh|quickstart.py"; pkill -INT -f fairseq-train; sleep 10; pkill -9 -f fairseq-train
   fi
   ;;
+*) echo "usage: PLAN=... bash tools/gpu_session.sh plan | start S | wait S | finish S" >&2; exit 2 ;;
 esac
 status
-tar czf "$OUT/gpu.tgz" --exclude='*.pt' --exclude=runs/quickstart/data-bin \
-  runs/logs runs/partial runs/ptb/medium runs/quickstart results/ptb-medium* 2>/dev/null
-ls -la "$OUT"
+archive

@@ -10,8 +10,10 @@ for instance a resumed run). The lines used are the end-of-epoch summaries:
 
 Per-update lines (``train_inner``) are ignored. When an epoch appears twice (a run resumed
 from a checkpoint of the middle of an epoch), the last value wins. ``ppl`` is the one fairseq
-prints (2 ** loss, loss in bits). The noising scheme and gamma_0 are read from the configuration
-dump at the start of a run (``'noise_scheme': kn, 'noise_gamma': 0.2``).
+prints (2 ** loss, loss in bits). The train summary's ``lr`` and ``wall`` (seconds since the run
+began; a resumed run carries it on) are kept per epoch. The noising scheme and gamma_0 are read
+from the configuration dump at the start of a run (``'noise_scheme': kn, 'noise_gamma': 0.2``), the
+GPU from fairseq's CUDA environment lines (``rank   0: ... ; name = NVIDIA H100 80GB HBM3``).
 """
 
 import json
@@ -23,6 +25,7 @@ _SIMPLE_VALID = re.compile(r"epoch (\d+) \| valid on '([^']+)' subset \| (.*)$")
 _SIMPLE_TRAIN = re.compile(r"(?:^|\| )epoch (\d+) \| (loss [^|]*\|.*)$")
 _SCHEME = re.compile(r"'noise_scheme': '?([A-Za-z_]+)'?")
 _GAMMA = re.compile(r"'noise_gamma': ([0-9.eE+-]+)")
+_GPU = re.compile(r"rank +0: capabilities = .* ; name = (.*\S)")
 
 
 @dataclass
@@ -32,6 +35,20 @@ class RunLog:
     valid_ppl: Dict[int, float] = field(default_factory=dict)
     noise_scheme: Optional[str] = None
     noise_gamma: Optional[float] = None
+    lr: Dict[int, float] = field(default_factory=dict)  # per epoch, from the train summary
+    wall: Dict[int, float] = field(default_factory=dict)  # seconds, from the train summary
+    gpu: Optional[str] = None  # the CUDA device of rank 0; None on a CPU
+
+    @property
+    def halvings(self) -> int:
+        """How many times the learning rate went down from one epoch to the next."""
+        rates = [self.lr[e] for e in sorted(self.lr)]
+        return sum(b < a for a, b in zip(rates, rates[1:]))
+
+    @property
+    def wall_seconds(self) -> Optional[float]:
+        """The run's wall-clock seconds at its last epoch."""
+        return self.wall[max(self.wall)] if self.wall else None
 
     @property
     def best_valid_ppl(self) -> Optional[float]:
@@ -54,6 +71,21 @@ def _pipes(text: str) -> Dict[str, str]:
     return out
 
 
+def _number(stats: Dict[str, str], key: str) -> Optional[float]:
+    try:
+        return float(stats[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def _train_summary(run: RunLog, epoch: int, stats: Dict[str, str], prefix: str = "") -> None:
+    run.train_ppl[epoch] = _ppl(stats, prefix)
+    for name, per_epoch in (("lr", run.lr), ("wall", run.wall)):
+        value = _number(stats, prefix + name)
+        if value is not None:
+            per_epoch[epoch] = value
+
+
 def _ppl(stats: Dict[str, str], prefix: str = "") -> Optional[float]:
     if prefix + "ppl" in stats:
         return float(stats[prefix + "ppl"])
@@ -73,6 +105,10 @@ def parse_log(text: str, path: str = "", subset: str = "valid") -> RunLog:
                 g = _GAMMA.search(line)
                 if g:
                     run.noise_gamma = float(g.group(1))
+        if run.gpu is None:
+            m = _GPU.search(line)
+            if m:
+                run.gpu = m.group(1)
         if "train_inner" in line:
             continue
         brace = line.find('{"epoch"')
@@ -86,7 +122,7 @@ def parse_log(text: str, path: str = "", subset: str = "valid") -> RunLog:
             if value is not None:
                 run.valid_ppl[epoch] = value
             if "train_loss" in stats:  # end-of-epoch train summary (train_inner has "loss")
-                run.train_ppl[epoch] = _ppl(stats, "train_")
+                _train_summary(run, epoch, stats, "train_")
             continue
         m = _SIMPLE_VALID.search(line)
         if m:
@@ -97,9 +133,9 @@ def parse_log(text: str, path: str = "", subset: str = "valid") -> RunLog:
             continue
         m = _SIMPLE_TRAIN.search(line)
         if m:
-            value = _ppl(_pipes(m.group(2)))
-            if value is not None:
-                run.train_ppl[int(m.group(1))] = value
+            stats = _pipes(m.group(2))
+            if _ppl(stats) is not None:
+                _train_summary(run, int(m.group(1)), stats)
     return run
 
 
