@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Driver of a lent-GPU session, run on the device machine from the repository root, one phase per
 # device call (each call at most 10 minutes; start the next call within 30 s of the last, or the
-# machine and its runs are gone). PLAN picks the work (default ptb-medium):
+# machine and its runs are gone). PLAN picks the work, one or several of (default ptb-medium):
 #   quickstart   issue 10: recipes/quickstart.sh on cuda (the medium none/kn pair, whole protocol)
 #   ptb-medium   Table 2, medium: one recipes/ptb.sh job per scheme and gamma_0 (GAMMAS_*)
 #   ptb-large    Table 2, large (issue 13): none and kn first (SCHEMES to add blank unigram)
@@ -33,15 +33,18 @@ R=${GPU_RUNS:-runs}  # the recipes' working folders and the partial pages
 LOGS=$R/logs
 export GAMMAS=${GAMMAS:-0.1 0.2} GAMMAS_kn=${GAMMAS_kn:-0.2 0.4}  # the gamma_0 grids
 
-JOBS=()    # "name|VAR=value ... bash recipes/X.sh": the first one prepares the data
+JOBS=()    # "name|VAR=value ... bash recipes/X.sh"
+FIRST=()   # the index in JOBS of each plan's first job, which prepares the plan's data
+READY=()   # the markers those jobs write once the data are prepared
 FINAL=()   # the commands that write the pages once every job is done
-READY=""   # the marker the first job writes once the data are prepared
-case "$PLAN" in
+for plan in $PLAN; do
+FIRST+=("${#JOBS[@]}")
+case "$plan" in
 quickstart)
-  JOBS=("quickstart|DEVICE=cuda THREADS=1 PTB_DIR=$PTB WORK=$R/quickstart bash recipes/quickstart.sh")
+  JOBS+=("quickstart|DEVICE=cuda THREADS=1 PTB_DIR=$PTB WORK=$R/quickstart bash recipes/quickstart.sh")
   ;;
 ptb-medium | ptb-large)
-  SIZE=${PLAN#ptb-}
+  SIZE=${plan#ptb-}
   SCHEMES=${SCHEMES:-$([ "$SIZE" = medium ] && echo "none blank unigram kn" || echo "none kn")}
   COMMON="SIZE=$SIZE PTB_DIR=$PTB WORK=$R/ptb DEVICE=cuda"
   for s in $SCHEMES; do
@@ -50,8 +53,8 @@ ptb-medium | ptb-large)
       JOBS+=("ptb-$SIZE-$s-$g|$COMMON SCHEMES=$s GAMMAS=$g GAMMAS_$s=$g ANALYZE=0 RESULTS_DIR=$R/partial/ptb-$SIZE-$s-$g bash recipes/ptb.sh")
     done
   done
-  FINAL=("$COMMON SCHEMES='$SCHEMES' bash recipes/ptb.sh")
-  READY=$R/ptb/data-bin/.done
+  FINAL+=("$COMMON SCHEMES='$SCHEMES' bash recipes/ptb.sh")
+  READY+=("$R/ptb/data-bin/.done")
   ;;
 multi30k)
   ROWS=${ROWS:-none blank unigram kn kn:source kn:target}
@@ -67,11 +70,12 @@ multi30k)
     g=$([ "$row" = none ] && echo 0 || echo 0.2)
     JOBS+=("m30k-transformer-$row-$g|$COMMON $TRANSFORMER ROWS=$row GAMMAS=$g GAMMAS_kn=$g RESULTS_DIR=$R/partial/m30k-transformer-$row-$g bash recipes/multi30k.sh")
   done
-  FINAL=("$COMMON ROWS='$ROWS' bash recipes/multi30k.sh" "$COMMON $TRANSFORMER ROWS='none kn' GAMMAS=0.2 GAMMAS_kn=0.2 bash recipes/multi30k.sh")
-  READY=$R/multi30k/data-bin-w50000/.done
+  FINAL+=("$COMMON ROWS='$ROWS' bash recipes/multi30k.sh" "$COMMON $TRANSFORMER ROWS='none kn' GAMMAS=0.2 GAMMAS_kn=0.2 bash recipes/multi30k.sh")
+  READY+=("$R/multi30k/data-bin-w50000/.done")
   ;;
-*) echo "gpu_session.sh: PLAN must be quickstart, ptb-medium, ptb-large or multi30k, got '$PLAN'" >&2; exit 2 ;;
+*) echo "gpu_session.sh: PLAN must name quickstart, ptb-medium, ptb-large or multi30k, got '$plan'" >&2; exit 2 ;;
 esac
+done
 
 elapsed() { echo $(( $(date +%s) - T0 )); }
 name_of() { echo "${1%%|*}"; }
@@ -132,9 +136,9 @@ start)
   "$SYSPY" -c 'import site; print(site.getsitepackages()[0])' > "$VENV/lib/python3.12/site-packages/image-site.pth"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, fairseq, fairseq_noising; print('torch', torch.__version__, torch.cuda.get_device_name(0), 'fairseq', fairseq.__version__)"
-  launch "${JOBS[0]}"
-  if [ -n "$READY" ]; then for _ in $(seq 120); do [ -f "$READY" ] && break; sleep 2; done; fi
-  for job in "${JOBS[@]:1}"; do launch "$job"; done
+  for i in "${FIRST[@]}"; do launch "${JOBS[$i]}"; done
+  for marker in "${READY[@]}"; do for _ in $(seq 120); do [ -f "$marker" ] && break; sleep 2; done; done
+  for i in "${!JOBS[@]}"; do [[ " ${FIRST[*]} " == *" $i "* ]] || launch "${JOBS[$i]}"; done
   sleep 30; for f in "$LOGS"/*.log; do echo "-- $f"; tail -n 3 "$f"; done
   watch_until "$2"
   ;;
