@@ -16,9 +16,10 @@
 # done, the final command reruns the recipe over all rows, finds every step done and writes the
 # page into results/. Every phase but plan ends by archiving logs and pages (no checkpoints) into
 # $OUT/gpu.tgz. Prepared on the development machine (.gpu/ is in .git/info/exclude; carry it):
-#   .gpu/w/    wheels of ve-fairseq, hydra-core, omegaconf, antlr4-python3-runtime, bitarray,
-#              sacremoses and this plugin for CPython 3.12 (bash recipes/setup.sh --build-wheelhouse
-#              .gpu/w --python-version 3.12, then only those; the image has torch and the rest)
+#   .gpu/w/    wheels of ve-fairseq, hydra-core, omegaconf, antlr4-python3-runtime, bitarray and
+#              sacremoses for CPython 3.12 (bash recipes/setup.sh --build-wheelhouse .gpu/w
+#              --python-version 3.12, then only those; the image has torch and the rest); the
+#              plugin itself is installed from the working tree
 #   .gpu/ptb/ .gpu/multi30k/   copies of ../shared/data/ptb and multi30k (../shared does not travel)
 # First use and its measurements: results/gpu-h100-2026-11-23/README.md.
 set -u
@@ -131,9 +132,12 @@ start)
   mkdir -p "$LOGS"
   SYSPY=$(command -v python3)
   "$SYSPY" -m venv --system-site-packages --without-pip "$VENV"
-  "$SYSPY" -m pip --python "$VENV/bin/python" install -q --no-index --no-deps --no-compile --no-cache-dir .gpu/w/*.whl 2>&1 | tail -3
-  # the image's python3 is itself a venv: let ours see its site-packages (torch)
-  "$SYSPY" -c 'import site; print(site.getsitepackages()[0])' > "$VENV/lib/python3.12/site-packages/image-site.pth"
+  # the image's python3 is itself a venv: let ours see its site-packages (torch, pip, setuptools)
+  "$SYSPY" -c 'import site; print(site.getsitepackages()[0])' \
+    > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/image-site.pth"
+  # the carried wheels, and this plugin built from the travelling tree (not a stale wheel)
+  "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+    $(ls .gpu/w/*.whl | grep -v fairseq_noising) . 2>&1 | tail -3
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, fairseq, fairseq_noising; print('torch', torch.__version__, torch.cuda.get_device_name(0), 'fairseq', fairseq.__version__)"
   for i in "${FIRST[@]}"; do launch "${JOBS[$i]}"; done
