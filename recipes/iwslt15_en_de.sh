@@ -7,7 +7,7 @@
 # gamma_0 chosen on validation perplexity. TED tst2012 is the validation set, tst2014 the test set;
 # top-50K word vocabularies per language. Test BLEU with sacrebleu on detokenized output against
 # the raw references. Writes $RESULTS_DIR/iwslt15.md (iwslt15-spm.md with --spm, -ARCH and -adam
-# added for another ARCH and OPTIMIZER=adam) beside Table 4.
+# added for an ARCH other than noising_lstm_* and OPTIMIZER=adam) beside Table 4.
 #
 #   bash recipes/setup.sh && IWSLT_TGZ=/path/to/de-en.tgz bash recipes/iwslt15_en_de.sh
 #
@@ -177,7 +177,7 @@ done
 #    the chosen runs' test translations
 SUFFIX=""
 if [ "$SPM" = 1 ]; then SUFFIX=-spm; fi
-if [ "$ARCH" != noising_lstm_iwslt_en_de ]; then SUFFIX+=-$ARCH; fi
+if [[ $ARCH != noising_lstm_* ]]; then SUFFIX+=-$ARCH; fi  # another model than the paper's
 if [ "$OPTIMIZER" != sgd ]; then SUFFIX+=-$OPTIMIZER; fi
 write_results iwslt15 --out "$RESULTS_DIR/iwslt15$SUFFIX.md" --device "$DEVICE" --data "$IWSLT_TGZ" \
   --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"
