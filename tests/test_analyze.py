@@ -454,6 +454,19 @@ def test_logs_give_the_learning_rate_wall_time_and_gpu_of_each_epoch():
         "epoch 004 | loss 7 | ppl 128 | lr 0.001 | wall 40\n"
     )
     assert resumed.wall == {1: 10.0, 2: 25.0, 3: 31.0, 4: 40.0} and resumed.halvings == 2
+    assert resumed.wall_seconds == 40.0  # no configuration dump: one process
+    # a run resumed by a second process (which restarts fairseq's wall clock): the processes'
+    # last walls add up, and the epoch repeated from the checkpoint counts once per process
+    two = logs.parse_log(
+        CONFIG % ("kn", "0.2")
+        + "epoch 001 | loss 9 | ppl 512 | lr 1 | wall 100\n"
+        + "epoch 002 | loss 8 | ppl 256 | lr 1 | wall 210\n"
+        + CONFIG % ("kn", "0.2")
+        + "epoch 002 | loss 8 | ppl 250 | lr 1 | wall 95\n"
+        + "epoch 003 | loss 7 | ppl 128 | lr 0.5 | wall 190\n"
+    )
+    assert two.wall == {1: 100.0, 2: 95.0, 3: 190.0} and two.wall_seconds == 400.0
+    assert two.halvings == 1
 
 
 def test_curves_reads_the_logs(tmp_path, capsys):

@@ -10,8 +10,10 @@ for instance a resumed run). The lines used are the end-of-epoch summaries:
 
 Per-update lines (``train_inner``) are ignored. When an epoch appears twice (a run resumed
 from a checkpoint of the middle of an epoch), the last value wins. ``ppl`` is the one fairseq
-prints (2 ** loss, loss in bits). The train summary's ``lr`` and ``wall`` (seconds since the run
-began; a resumed run carries it on) are kept per epoch. The noising scheme and gamma_0 are read
+prints (2 ** loss, loss in bits). The train summary's ``lr`` and ``wall`` (seconds since the
+process began) are kept per epoch; a resumed run's log holds one process after another, each
+starting with fairseq's configuration dump (``fairseq_cli.train | {'_name': ...``), and the run's
+wall time is the sum of each process's last ``wall``. The noising scheme and gamma_0 are read
 from the configuration dump at the start of a run (``'noise_scheme': kn, 'noise_gamma': 0.2``), the
 GPU from fairseq's CUDA environment lines (``rank   0: ... ; name = NVIDIA H100 80GB HBM3``).
 """
@@ -19,13 +21,14 @@ GPU from fairseq's CUDA environment lines (``rank   0: ... ; name = NVIDIA H100 
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 _SIMPLE_VALID = re.compile(r"epoch (\d+) \| valid on '([^']+)' subset \| (.*)$")
 _SIMPLE_TRAIN = re.compile(r"(?:^|\| )epoch (\d+) \| (loss [^|]*\|.*)$")
 _SCHEME = re.compile(r"'noise_scheme': '?([A-Za-z_]+)'?")
 _GAMMA = re.compile(r"'noise_gamma': ([0-9.eE+-]+)")
 _GPU = re.compile(r"rank +0: capabilities = .* ; name = (.*\S)")
+_PROCESS_START = re.compile(r"fairseq_cli\.train \| \{'_name'")
 
 
 @dataclass
@@ -37,6 +40,7 @@ class RunLog:
     noise_gamma: Optional[float] = None
     lr: Dict[int, float] = field(default_factory=dict)  # per epoch, from the train summary
     wall: Dict[int, float] = field(default_factory=dict)  # seconds, from the train summary
+    process_walls: List[float] = field(default_factory=list)  # the last wall of each process
     gpu: Optional[str] = None  # the CUDA device of rank 0; None on a CPU
 
     @property
@@ -47,8 +51,8 @@ class RunLog:
 
     @property
     def wall_seconds(self) -> Optional[float]:
-        """The run's wall-clock seconds at its last epoch."""
-        return self.wall[max(self.wall)] if self.wall else None
+        """The run's wall-clock seconds: each process's up to its last epoch summary, summed."""
+        return sum(self.process_walls) if self.wall else None
 
     @property
     def best_valid_ppl(self) -> Optional[float]:
@@ -84,6 +88,8 @@ def _train_summary(run: RunLog, epoch: int, stats: Dict[str, str], prefix: str =
         value = _number(stats, prefix + name)
         if value is not None:
             per_epoch[epoch] = value
+            if name == "wall":
+                run.process_walls[-1:] = [value]
 
 
 def _ppl(stats: Dict[str, str], prefix: str = "") -> Optional[float]:
@@ -105,6 +111,8 @@ def parse_log(text: str, path: str = "", subset: str = "valid") -> RunLog:
                 g = _GAMMA.search(line)
                 if g:
                     run.noise_gamma = float(g.group(1))
+        if _PROCESS_START.search(line):
+            run.process_walls.append(0.0)
         if run.gpu is None:
             m = _GPU.search(line)
             if m:
