@@ -310,7 +310,7 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
     lines += [
         "",
         "Every run: validation perplexity, epochs, learning-rate halvings (paper_halving runs) and",
-        f"wall time of training (the logs' `wall` at the last epoch) on {', '.join(sorted(gpus))}:",
+        f"wall time of training (fairseq's `wall`, summed over resumptions) on {', '.join(sorted(gpus))}:",
         "",
     ] + _md_table(every, every_run)
     lines += ["", f"{logs_text} [`{name}/`]({name}/).", ""]

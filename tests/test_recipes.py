@@ -638,7 +638,10 @@ def test_the_lm_page_is_written_from_the_runs(fake, no_drawing, tmp_path, capsys
         "| kn | 0.2 | 120.50 | 2 | 0 | 3 min |",
         "| kn | 0.4 | 119.00 | 3 | 2 | 5 min |",
     ]
-    assert "time of training (the logs' `wall` at the last epoch) on NVIDIA H100 80GB HBM3:" in page
+    assert (
+        "time of training (fairseq's `wall`, summed over resumptions) on NVIDIA H100 80GB HBM3:"
+        in page
+    )
     assert "Settings: SIZE=medium SCHEMES='none blank kn'." in page
     assert (
         "Data: ../shared/data/ptb." in page
@@ -881,7 +884,7 @@ def test_the_translation_page_is_written_from_the_runs(fake, tmp_path, capsys):
     # no halvings column for runs without paper_halving; the fake logs say "on CPU"
     assert "| kn | 0.1 | 52.00 | 1 | — | 2 min |" in rows
     assert "| kn:source | 0.2 | 49.49 | 1 | — | 2 min |" in rows
-    assert "wall time of training (the logs' `wall` at the last epoch) on CPU:" in page
+    assert "wall time of training (fairseq's `wall`, summed over resumptions) on CPU:" in page
     assert (
         "sacrebleu signatures: BLEU `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp`; "
         "tok BLEU `nrefs:1|case:mixed|eff:no|tok:none`."
