@@ -6,17 +6,11 @@ recipe's analysis step wrote into one folder (``kl.json``, ``kl.png``, ``unseen.
 import json
 import os
 import shutil
-from typing import Dict, List, Sequence
+from typing import Dict, List
 
+from page_format import fmt, md_table, paper_value
 from paper_tables import UNSEEN_COUNTS, UNSEEN_TABLE_6
 from steps import fail, shown
-
-NONE = "—"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
 def _models(directory: str, what: str, prog: str) -> List[Dict]:
@@ -50,7 +44,7 @@ def section(directory: str, out_dir: str, prog: str) -> List[str]:
         "uniform and the training unigram distribution (`fairseq-noise-analyze kl`; the paper",
         "expects noised models closer to both).",
         "",
-        *_table(
+        *md_table(
             ["scheme", "gamma_0", "KL uniform", "KL unigram", "perplexity"],
             [
                 [
@@ -58,7 +52,7 @@ def section(directory: str, out_dir: str, prog: str) -> List[str]:
                     f"{m['gamma']:g}",
                     f"{m['kl_uniform']:.4f}",
                     f"{m['kl_unigram']:.4f}",
-                    f"{m['ppl']:.2f}",
+                    fmt(m["ppl"]),
                 ]
                 for m in kl
             ],
@@ -70,7 +64,7 @@ def section(directory: str, out_dir: str, prog: str) -> List[str]:
         "occurs in the training data (`fairseq-noise-analyze unseen`); the paper's columns (its",
         f"medium models, {paper_bi} / {paper_tri} occurrences) beside ours.",
         "",
-        *_table(
+        *md_table(
             [
                 "scheme",
                 "gamma_0",
@@ -86,13 +80,13 @@ def section(directory: str, out_dir: str, prog: str) -> List[str]:
                 [
                     m["label"],
                     f"{m['gamma']:g}",
-                    f"{m['all_ppl']:.2f}",
-                    f"{m['bigram_ppl']:.2f}",
+                    fmt(m["all_ppl"]),
+                    fmt(m["bigram_ppl"]),
                     m["bigram_positions"],
-                    f"{m['trigram_ppl']:.2f}",
+                    fmt(m["trigram_ppl"]),
                     m["trigram_positions"],
                 ]
-                + [f"{p:g}" if p else NONE for p in UNSEEN_TABLE_6.get(m["label"], (None, None))]
+                + [paper_value(p) for p in UNSEEN_TABLE_6.get(m["label"], (None, None))]
                 for m in unseen
             ],
         ),

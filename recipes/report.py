@@ -51,6 +51,7 @@ sys.path[:0] = [HERE, REPO]
 logging.disable(logging.INFO)  # importing the plugin may import fairseq, which logs at INFO
 
 import analysis_section  # noqa: E402
+from page_format import NONE, fmt, md_table, paper_value  # noqa: E402
 from paper_tables import PROTOCOL, TABLES, Table, row_label  # noqa: E402
 from recipe_settings import (  # noqa: E402
     parse_settings,
@@ -73,22 +74,12 @@ from steps import fail, read_marker, shown, shown_command, shown_line  # noqa: E
 
 from fairseq_noising.analysis import logs  # noqa: E402
 
-NONE = "—"  # an empty cell
-
 # ------------------------------------------------------------------ the page
 
 
 class _Blank(dict):
     def __missing__(self, key):
         return "?"
-
-
-def _fmt(value: Optional[float]) -> str:
-    return NONE if value is None else f"{value:.2f}"
-
-
-def _paper(value: Optional[float]) -> str:
-    return NONE if value is None else f"{value:g}"
 
 
 def _duration(seconds: Optional[float]) -> str:
@@ -98,12 +89,6 @@ def _duration(seconds: Optional[float]) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
 
 
 def _marker_command(path: str, prog: str) -> str:
@@ -181,14 +166,14 @@ def figure_1(rows: Sequence[Row], logs_dir: str, png: str) -> Optional[List[str]
     table = []
     for label, r in curves.items():
         for epoch in sorted(set(r.train_ppl) | set(r.valid_ppl)):
-            table.append([label, epoch, _fmt(r.train_ppl.get(epoch)), _fmt(r.valid_ppl.get(epoch))])
+            table.append([label, epoch, fmt(r.train_ppl.get(epoch)), fmt(r.valid_ppl.get(epoch))])
     return [
         "Figure 1 of the paper for this run: training and validation perplexity per epoch, unnoised",
         "versus bigram Kneser-Ney noising (the kn training perplexity is measured on noised data).",
         "",
         f"![training and validation curves]({os.path.basename(png)})",
         "",
-        *_md_table(["run", "epoch", "train ppl", "valid ppl"], table),
+        *md_table(["run", "epoch", "train ppl", "valid ppl"], table),
         "",
     ]
 
@@ -247,17 +232,17 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
             test = perplexity(chosen.file("test.eval.log"))
             if test is None:
                 fail(prog, f"no test perplexity in {shown(chosen.file('test.eval.log'))}")
-            scores = [_fmt(test)]
+            scores = [fmt(test)]
         else:
             found = bleu_scores(chosen.file("test.bleu"))
             if "BLEU" not in found:
                 fail(prog, f"no BLEU in {shown(chosen.file('test.bleu'))}")
-            scores = [_fmt(found["BLEU"]), _fmt(found.get("tok BLEU"))]
+            scores = [fmt(found["BLEU"]), fmt(found.get("tok BLEU"))]
             for name, signature in bleu_signatures(chosen.file("test.bleu")).items():
                 signatures.setdefault(name, set()).add(signature)
         main_rows.append(
-            [row_label(row.key), chosen.gamma, _fmt(row.valid[chosen.path]), *scores]
-            + [_paper(p) for p in paper]
+            [row_label(row.key), chosen.gamma, fmt(row.valid[chosen.path]), *scores]
+            + [paper_value(p) for p in paper]
         )
         for run in row.runs:
             log = logs.read_log(run.file("train.log"))
@@ -267,7 +252,7 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
                 [
                     row.key,
                     run.gamma,
-                    _fmt(row.valid[run.path]),
+                    fmt(row.valid[run.path]),
                     str(len(log.valid_ppl)),
                     str(log.halvings) if halving else NONE,
                     _duration(log.wall_seconds),
@@ -297,7 +282,7 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
         every = ["row", "gamma_0", "Perplexity", "epochs validated", "halvings", "wall time"]
         logs_text = "Training logs of every run and the detokenized test translations of the chosen gamma_0:"
     name = os.path.basename(logs_dir)
-    lines += _md_table(header, main_rows)
+    lines += md_table(header, main_rows)
     if signatures:
         lines += [
             "",
@@ -312,7 +297,7 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
         "Every run: validation perplexity, epochs, learning-rate halvings (paper_halving runs) and",
         f"wall time of training (fairseq's `wall`, summed over resumptions) on {', '.join(sorted(gpus))}:",
         "",
-    ] + _md_table(every, every_run)
+    ] + md_table(every, every_run)
     lines += ["", f"{logs_text} [`{name}/`]({name}/).", ""]
     if table.kind == "lm":
         lines += figure_1(rows, logs_dir, stem + "-curves.png") or []
