@@ -38,7 +38,6 @@ import datetime
 import json
 import logging
 import os
-import shlex
 import shutil
 import string
 import sys
@@ -65,7 +64,6 @@ from run_folders import (  # noqa: E402
     bleu_scores,
     bleu_signatures,
     choose,
-    flag_value,
     perplexity,
     read_run,
     read_text,
@@ -247,14 +245,13 @@ def page(args, table: Table, runs: Sequence[Run], command: Sequence[str]) -> Tup
         for run in row.runs:
             log = logs.read_log(run.file("train.log"))
             gpus.add(log.gpu or "CPU")
-            halving = flag_value(shlex.split(run.command), "--lr-scheduler", "") == "paper_halving"
             every_run.append(
                 [
                     row.key,
                     run.gamma,
                     fmt(row.valid[run.path]),
                     str(len(log.valid_ppl)),
-                    str(log.halvings) if halving else NONE,
+                    str(log.halvings) if run.lr_scheduler == "paper_halving" else NONE,
                     _duration(log.wall_seconds),
                 ]
             )

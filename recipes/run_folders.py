@@ -59,6 +59,7 @@ class Run:
     scheme: str
     gamma: str  # as the command gives it
     side: str = "both"
+    lr_scheduler: str = ""  # --lr-scheduler of the command ("" when it names none)
 
     @property
     def row(self) -> str:
@@ -84,6 +85,7 @@ def read_run(path: str, prog: str) -> Run:
         scheme=flag_value(cmd, "--noise-scheme", "none"),
         gamma=flag_value(cmd, "--noise-gamma", "0"),
         side=flag_value(cmd, "--noise-side", "both"),
+        lr_scheduler=flag_value(cmd, "--lr-scheduler", ""),
     )
 
 

@@ -84,12 +84,12 @@ def _number(stats: Dict[str, str], key: str) -> Optional[float]:
 
 def _train_summary(run: RunLog, epoch: int, stats: Dict[str, str], prefix: str = "") -> None:
     run.train_ppl[epoch] = _ppl(stats, prefix)
-    for name, per_epoch in (("lr", run.lr), ("wall", run.wall)):
-        value = _number(stats, prefix + name)
-        if value is not None:
-            per_epoch[epoch] = value
-            if name == "wall":
-                run.process_walls[-1:] = [value]
+    lr, wall = _number(stats, prefix + "lr"), _number(stats, prefix + "wall")
+    if lr is not None:
+        run.lr[epoch] = lr
+    if wall is not None:
+        run.wall[epoch] = wall
+        run.process_walls[-1:] = [wall]  # this process's latest
 
 
 def _ppl(stats: Dict[str, str], prefix: str = "") -> Optional[float]:
