@@ -60,6 +60,17 @@ translation_protocol() {
   PROTOCOL_ARGS+=(--best-checkpoint-metric nll_loss)
 }
 
+# translation_names: MODEL, the model's part of the run folders' names (another architecture, size
+# or optimizer trains in folders of its own), and PAGE_SUFFIX, what the results page's name adds
+# (-spm with --spm, -ARCH for an architecture other than the paper's noising_lstm_*, -adam)
+translation_names() {
+  MODEL=$ARCH${HIDDEN:+-h$HIDDEN}
+  PAGE_SUFFIX=""
+  if [ "$SPM" = 1 ]; then PAGE_SUFFIX=-spm; fi
+  if [[ $ARCH != noising_lstm_* ]]; then PAGE_SUFFIX+=-$ARCH; fi
+  if [ "$OPTIMIZER" != sgd ]; then MODEL+=-$OPTIMIZER; PAGE_SUFFIX+=-$OPTIMIZER; fi
+}
+
 choose_device()  { "$PY" recipes/steps.py --prog "$NAME" "${DRY[@]}" device "$@"; }    # auto|cpu|cuda
 fetch()          { "$PY" recipes/steps.py --prog "$NAME" "${DRY[@]}" fetch "$@"; }     # URL DEST HINT
 prepare()        { "$PY" recipes/steps.py --prog "$NAME" "${DRY[@]}" prepare "$@"; }   # DIR CMD...

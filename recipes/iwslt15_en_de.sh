@@ -82,9 +82,7 @@ check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
 DEVICE_ARGS=()
 if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
-# the model's name in run folders: another architecture, size or optimizer trains in its own
-MODEL=$ARCH${HIDDEN:+-h$HIDDEN}
-if [ "$OPTIMIZER" != sgd ]; then MODEL+=-$OPTIMIZER; fi
+translation_names  # MODEL (in run folder names) and PAGE_SUFFIX
 
 # 1. data: the release's texts (IWSLT_TGZ, or a download), then the raw pairs: train.tags minus their
 #    metadata lines, the <seg> elements of VALID_SET and TEST_SET
@@ -175,9 +173,5 @@ done
 
 # 5. the results page (our table beside the paper's Table 4, every command), the training logs and
 #    the chosen runs' test translations
-SUFFIX=""
-if [ "$SPM" = 1 ]; then SUFFIX=-spm; fi
-if [[ $ARCH != noising_lstm_* ]]; then SUFFIX+=-$ARCH; fi  # another model than the paper's
-if [ "$OPTIMIZER" != sgd ]; then SUFFIX+=-$OPTIMIZER; fi
-write_results iwslt15 --out "$RESULTS_DIR/iwslt15$SUFFIX.md" --device "$DEVICE" --data "$IWSLT_TGZ" \
+write_results iwslt15 --out "$RESULTS_DIR/iwslt15$PAGE_SUFFIX.md" --device "$DEVICE" --data "$IWSLT_TGZ" \
   --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"

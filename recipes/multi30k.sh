@@ -78,9 +78,7 @@ check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
 DEVICE_ARGS=()
 if [ "$DEVICE" = cpu ]; then DEVICE_ARGS=(--cpu); fi
-# the model's name in run folders: another architecture, size or optimizer trains in its own
-MODEL=$ARCH${HIDDEN:+-h$HIDDEN}
-if [ "$OPTIMIZER" != sgd ]; then MODEL+=-$OPTIMIZER; fi
+translation_names  # MODEL (in run folder names) and PAGE_SUFFIX
 
 # 1. data: MULTI30K_DIR (or the shared copy beside the repository, or a download), then the raw
 #    pairs without the files' extra empty last line
@@ -180,9 +178,5 @@ done
 
 # 5. the results page (our table beside Table 4's IWSLT figures, every command), the training logs
 #    and the chosen runs' test translations
-SUFFIX=""
-if [ "$SPM" = 1 ]; then SUFFIX=-spm; fi
-if [[ $ARCH != noising_lstm_* ]]; then SUFFIX+=-$ARCH; fi  # another model than the paper's
-if [ "$OPTIMIZER" != sgd ]; then SUFFIX+=-$OPTIMIZER; fi
-write_results multi30k --out "$RESULTS_DIR/multi30k$SUFFIX.md" --device "$DEVICE" --data "$MULTI30K_DIR" \
+write_results multi30k --out "$RESULTS_DIR/multi30k$PAGE_SUFFIX.md" --device "$DEVICE" --data "$MULTI30K_DIR" \
   --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"
