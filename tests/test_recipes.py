@@ -1078,44 +1078,19 @@ def test_text8_preparation_reads_the_zip_and_refuses_a_short_input(tmp_path):
     with zipfile.ZipFile(tmp_path / "text8.zip", "w") as z:
         z.writestr("text8", text)
     out = tmp_path / "o"
-    assert (
-        prepare_text8.main(
-            [
-                "--input",
-                str(tmp_path / "text8.zip"),
-                "--outdir",
-                str(out),
-                "--train-chars",
-                "4000",
-                "--valid-chars",
-                "500",
-                "--test-chars",
-                "500",
-            ]
+
+    def prepare(test_chars):
+        argv = f"--train-chars 4000 --valid-chars 500 --test-chars {test_chars}".split()
+        return prepare_text8.main(
+            ["--input", str(tmp_path / "text8.zip"), "--outdir", str(out), *argv]
         )
-        == 0
-    )
+
+    assert prepare(500) == 0
     assert (out / "test.txt").read_text().split() == [
         w if collections.Counter(text[:4000].split())[w] > 10 else "<unk>"
         for w in text[4500:].split()
     ]
-    assert (
-        prepare_text8.main(
-            [
-                "--input",
-                str(tmp_path / "text8.zip"),
-                "--outdir",
-                str(out),
-                "--train-chars",
-                "4000",
-                "--valid-chars",
-                "500",
-                "--test-chars",
-                "600",
-            ]
-        )
-        == 1
-    )
+    assert prepare(600) == 1  # 4000 + 500 + 600 characters ask for more than the 5000 there are
 
 
 def test_iwslt_preparation_on_a_tiny_tarball(tmp_path):
