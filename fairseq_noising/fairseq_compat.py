@@ -4,14 +4,18 @@ Each helper names the fairseq behaviour it depends on; if a fairseq release chan
 the file to fix. (Loading fairseq checkpoints under torch >= 2.6 is :mod:`.checkpoint_safety`.)
 """
 
+import atexit
+import logging
 from typing import Optional, Tuple
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from fairseq import checkpoint_utils
 from fairseq.data import iterators
 
 _MISSING = object()
+logger = logging.getLogger(__name__)
 
 
 def indexed_tokens(dataset) -> Optional[np.ndarray]:
@@ -88,3 +92,22 @@ def takes_initial_state(model) -> bool:
     Reads the public class attribute ``supports_initial_state`` of the plugin's decoders.
     """
     return bool(getattr(getattr(model, "decoder", None), "supports_initial_state", False))
+
+
+def leave_gloo_group_at_exit() -> None:
+    """Destroy a gloo process group from an ``atexit`` handler, before Python shuts down.
+
+    fairseq's ``distributed_main`` ends with a barrier and never calls
+    ``torch.distributed.destroy_process_group``. The gloo group is then torn down during
+    interpreter finalization, which now and then aborts a rank (SIGABRT, exit code 134) after
+    training finished: seen once in this project's two-rank CPU test; torch tracks the crash in
+    pytorch/pytorch#190489. The handler does the same teardown while the interpreter is whole.
+    Other backends are left to fairseq and torch as they are.
+    """
+    atexit.register(_destroy_gloo_group)
+
+
+def _destroy_gloo_group() -> None:
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.destroy_process_group()
+        logger.info("left the gloo process group before interpreter shutdown")
