@@ -83,10 +83,10 @@ class _Blank(dict):
 def _duration(seconds: Optional[float]) -> str:
     if seconds is None:
         return NONE
-    minutes = int(round(seconds / 60.0))
     if seconds < 60:
         return f"{seconds:.0f} s"
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+    hours, minutes = divmod(int(round(seconds / 60.0)), 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
 def _marker_command(path: str, prog: str) -> str:

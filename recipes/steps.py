@@ -121,7 +121,7 @@ def _mtime(path: str) -> int:
 def newer_inputs(marker: str, cmd: Sequence[str]) -> List[str]:
     """The files named in the command (not the program), also as ``LABEL=PATH``, that are newer
     than the marker."""
-    named = [a for a in cmd[1:]] + [a.split("=", 1)[1] for a in cmd[1:] if "=" in a]
+    named = list(cmd[1:]) + [a.split("=", 1)[1] for a in cmd[1:] if "=" in a]
     return [a for a in named if os.path.isfile(a) and _mtime(a) > _mtime(marker)]
 
 
