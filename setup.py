@@ -6,12 +6,37 @@ setup(
     description="Data noising as smoothing (Xie et al., ICLR 2017) as a fairseq --user-dir plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    author="the fairseq-noising authors",
+    license="MIT",
+    license_files=["LICENSE"],
+    # url="https://...", project_urls={"Source": "https://...", "Issues": "https://..."}:
+    # for the maintainers to fill in with the public repository's addresses
+    keywords=[
+        "fairseq",
+        "data noising",
+        "smoothing",
+        "language modeling",
+        "machine translation",
+        "kneser-ney",
+        "pytorch",
+    ],
+    classifiers=[
+        "Intended Audience :: Science/Research",
+        "License :: OSI Approved :: MIT License",
+        "Operating System :: POSIX :: Linux",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Topic :: Text Processing :: Linguistic",
+    ],
     packages=find_packages(include=["fairseq_noising", "fairseq_noising.*"]),
-    python_requires=">=3.8",
+    # ve-fairseq (fairseq's main branch as wheels, importing as `fairseq`) exists for 3.11 and
+    # 3.12; the official fairseq 0.12.2 fails at import on Python >= 3.11
+    python_requires=">=3.11",
     install_requires=[
-        # the official fairseq 0.12.2 fails at import on Python >= 3.11
-        've-fairseq==0.12.3; python_version >= "3.11"',
-        'fairseq==0.12.2; python_version < "3.11"',
+        "ve-fairseq==0.12.3",
         "torch>=2.0",
         "numpy",
         "sacrebleu>=2.0",

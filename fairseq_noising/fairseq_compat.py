@@ -6,6 +6,10 @@ the file to fix. (Loading fairseq checkpoints under torch >= 2.6 is :mod:`.check
 
 import atexit
 import logging
+import os
+import sys
+from collections import defaultdict
+from contextlib import nullcontext
 from typing import Optional, Tuple
 
 import numpy as np
@@ -53,6 +57,135 @@ def sync_fp16_model(optimizer) -> None:
     """
     if hasattr(optimizer, "fp32_params") and hasattr(optimizer, "_sync_fp32_params_to_fp16"):
         optimizer._sync_fp32_params_to_fp16()
+
+
+def trainer_of(scheduler):
+    """The fairseq ``Trainer`` that drives a learning-rate scheduler, found on the call stack.
+
+    A scheduler is given only the optimizer, but reading the best epoch's parameters back from
+    ``checkpoint_best.pt`` needs the model's parameter names, the save directory and the
+    data-parallel group. Depends on fairseq calling ``load_state_dict`` and ``step`` from methods
+    of the ``Trainer`` (``load_checkpoint``, ``lr_step``), which keeps the scheduler in
+    ``_lr_scheduler``. Returns None when no caller holds this scheduler.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if getattr(owner, "_lr_scheduler", None) is scheduler and hasattr(owner, "get_model"):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+def checkpoint_path(trainer, name: str) -> str:
+    """Where fairseq writes ``<name>.pt`` (``checkpoint_best``, ...) for this trainer.
+
+    Depends on ``checkpoint_utils.save_checkpoint`` naming files ``<name><suffix>.pt`` in
+    ``--save-dir``, the suffix being ``Trainer.checkpoint_suffix`` (``--checkpoint-suffix``, plus
+    the shard under FSDP with sharded state).
+    """
+    return os.path.join(trainer.cfg.checkpoint.save_dir, f"{name}{trainer.checkpoint_suffix}.pt")
+
+
+def checkpoint_position(state) -> Tuple[Optional[int], Optional[float], str]:
+    """(number of updates, validation value, where in training) of a loaded fairseq checkpoint.
+
+    Depends on ``Trainer.state_dict`` and ``checkpoint_utils.save_checkpoint``: the updates in
+    ``optimizer_history[-1]["num_updates"]``, the ``--best-checkpoint-metric`` value that decided
+    the save in ``extra_state["val_loss"]``, and the epoch iterator's state in
+    ``extra_state["train_iterator"]`` (at the end of epoch e it already names epoch e + 1, with
+    0 iterations done).
+    """
+    history = state.get("optimizer_history") or [{}]
+    extra = state.get("extra_state") or {}
+    itr = extra.get("train_iterator") or {}
+    epoch, done = itr.get("epoch"), itr.get("iterations_in_epoch", 0)
+    updates = history[-1].get("num_updates")
+    if epoch is None:
+        where = "an unknown point"
+    elif done:
+        where = f"update {updates} inside epoch {epoch}"
+    else:
+        where = f"the end of epoch {epoch - 1}"
+    return updates, extra.get("val_loss"), where
+
+
+def optimizer_values(trainer, optimizer, state) -> list:
+    """The values that a fairseq checkpoint holds for ``optimizer.params``, as new CPU tensors.
+
+    A checkpoint stores the model's (and a criterion's) state dict by name, tied parameters under
+    each of their names, buffers too. The optimizer holds what ``Trainer._build_optimizer`` gave
+    it: the model's then the criterion's parameters that require a gradient, each once; with
+    ``--fp16`` (``FP16Optimizer``: ``fp16_params``, ``fp32_params``) fp32 copies of them instead,
+    one per parameter (``--fp16-no-flatten-grads``) or one flat tensor per device holding that
+    device's parameters back to back (``build_fp32_params``). Raises ValueError saying what
+    does not match.
+    """
+    names = {}
+    for part, module in (("model", trainer.get_model()), ("criterion", trainer.get_criterion())):
+        for name, p in module.named_parameters() if module is not None else ():
+            names.setdefault(id(p), (part, name))
+
+    def saved(p):
+        if id(p) not in names:
+            raise ValueError("the optimizer holds a tensor that is not a model parameter")
+        part, name = names[id(p)]
+        value = (state.get(part) or {}).get(name)
+        if value is None:
+            raise ValueError(f"no {part} parameter {name}")
+        if value.shape != p.shape:
+            raise ValueError(f"{name} is {list(value.shape)}, the model's {list(p.shape)}")
+        return value
+
+    params = list(optimizer.params)
+    master = getattr(optimizer, "fp32_params", None)
+    if hasattr(optimizer, "fp16_params") and isinstance(master, dict):  # flat, per device
+        on_device = defaultdict(list)
+        for p in optimizer.fp16_params:
+            if p.requires_grad:
+                on_device[p.device.index].append(p)
+        sources = [on_device[device] for device in master]
+    elif hasattr(optimizer, "fp16_params") and master is not None:
+        sources = [[p] for p in optimizer.fp16_params]
+    else:
+        sources = [[p] for p in params]
+    if len(sources) != len(params):
+        raise ValueError(f"{len(sources)} parameter groups for {len(params)} optimizer tensors")
+    values = []
+    for group, p in zip(sources, params):
+        flat = torch.cat([saved(q).reshape(-1) for q in group])  # a new tensor, off the file
+        if flat.numel() != p.numel():
+            raise ValueError(f"{flat.numel()} values for an optimizer tensor of {p.numel()}")
+        values.append(flat.to(dtype=p.dtype).view(p.shape))
+    return values
+
+
+def from_first_rank(trainer, read):
+    """``read()`` on data-parallel rank 0, its result (containers of tensors and plain values)
+    sent to every rank, as ``Trainer.load_checkpoint`` does with the checkpoint it loads.
+
+    Depends on the trainer's ``data_parallel_*`` properties and ``device``, and on
+    ``distributed_utils.broadcast_object``, which stands ``_TensorPlaceholder`` objects in for the
+    tensors and unpickles them with ``torch.load``: torch's safe loader must be told to accept
+    that class.
+    """
+    if trainer.data_parallel_world_size <= 1:
+        return read()
+    from fairseq import utils
+    from fairseq.distributed import utils as distributed_utils
+
+    safe_globals = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+    allowed = (
+        safe_globals([distributed_utils._TensorPlaceholder]) if safe_globals else nullcontext()
+    )
+    with allowed:
+        result = distributed_utils.broadcast_object(
+            read() if trainer.data_parallel_rank == 0 else None,
+            src_rank=0,
+            group=trainer.data_parallel_process_group,
+            dist_device=trainer.device,
+        )
+    return utils.apply_to_sample(lambda t: t.cpu(), result)  # (move_to_cpu would cast fp16)
 
 
 def ordered_batch_iterator(dataset, seed=1, num_workers=0, epoch=1, buffer_size=0):

@@ -6,26 +6,38 @@ recipe's analysis step wrote into one folder (``kl.json``, ``kl.png``, ``unseen.
 import json
 import os
 import shutil
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from page_format import fmt, md_table, paper_value
 from paper_tables import UNSEEN_COUNTS, UNSEEN_TABLE_6
 from steps import fail, shown
 
 
-def _models(directory: str, what: str, prog: str) -> List[Dict]:
+def _models(directory: str, what: str, prog: str, missing_ok: bool) -> Optional[List[Dict]]:
     path = os.path.join(directory, f"{what}.json")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)["models"]
     except (OSError, ValueError, KeyError):
+        if missing_ok:
+            return None
         fail(prog, f"no {what} analysis in {shown(path)}: did the analysis step run?")
 
 
-def section(directory: str, out_dir: str, prog: str) -> List[str]:
+def section(directory: str, out_dir: str, prog: str, missing_ok: bool = False) -> List[str]:
     """Copies the figures into ``out_dir`` (the page's ``PAGE-analysis/``) and returns the page's
-    lines for them."""
-    kl, unseen = _models(directory, "kl", prog), _models(directory, "unseen", prog)
+    lines for them; with ``missing_ok`` (a page written while runs train, or whose time budget
+    ended before the analyses), a line saying they are not there when they are not."""
+    kl = _models(directory, "kl", prog, missing_ok)
+    unseen = _models(directory, "unseen", prog, missing_ok)
+    if kl is None or unseen is None:
+        return [
+            "## Section 5: noised against unnoised models",
+            "",
+            "Not run yet, or not within the time budget (`fairseq-noise-analyze kl` and `unseen` "
+            "run once every chosen run is evaluated).",
+            "",
+        ]
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
     for name in ("kl.png", "unseen.png", "kl.json", "unseen.json"):

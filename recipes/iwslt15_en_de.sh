@@ -39,6 +39,7 @@
 #   RESULTS_DIR   where iwslt15.md goes (default results/)
 #   DEVICE        cpu | cuda (default: cuda when torch sees a GPU, else --cpu)
 #   VENV          the environment made by recipes/setup.sh (default .venv)
+#   JOBS THREADS TIME_BUDGET EVAL_RESERVE MPS STATUS_EVERY   how the runs share the machine (below)
 # Options: --spm sentencepiece (unigram) instead of word vocabularies, one model per language
 # (SPM_JOINT=1: joint), output detokenized by sentencepiece before scoring;
 # --dry-run prints the commands without running them; --help prints this text.
@@ -76,7 +77,8 @@ SETTINGS=(VALID_SET="$VALID_SET" TEST_SET="$TEST_SET"
           LAYERS="${LAYERS:-}" BATCH_SIZE="$BATCH_SIZE" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
           OPTIMIZER="$OPTIMIZER" LR="${LR:-}" WARMUP="$WARMUP" LABEL_SMOOTHING="$LABEL_SMOOTHING" PATIENCE="$PATIENCE"
           BEAM="$BEAM" NWORDS="$NWORDS" TOKENIZER="$TOKENIZER" SPM="$SPM" SPM_VOCAB="$SPM_VOCAB"
-          SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS")
+          SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS"
+          "${ROWS_SETTINGS[@]}")
 require_venv
 check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
@@ -99,10 +101,10 @@ prepare "$RAW" "$PY" recipes/prepare_translation.py iwslt --tarball "$IWSLT_TGZ"
   --src en --tgt de --valid "$VALID_SET" --test "$TEST_SET"
 
 # 2.-4. segment and binarize, train, validate and decode test: the same steps for both translation
-#    recipes, in recipes/_translation_steps.sh
+#    recipes, in recipes/_translation_steps.sh (PAGE_TABLE and PAGE_DATA: the results page)
+PAGE_TABLE=iwslt15 PAGE_DATA=$IWSLT_TGZ
 source recipes/_translation_steps.sh
 
-# 5. the results page (our table beside the paper's Table 4, every command), the training logs and
-#    the chosen runs' test translations
-write_results iwslt15 --out "$RESULTS_DIR/iwslt15$PAGE_SUFFIX.md" --device "$DEVICE" --data "$IWSLT_TGZ" \
-  --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"
+# 5. the results page (our table beside the paper's Table 4, every command), the training logs
+#    and the chosen runs' test translations
+write_results "${PAGE[@]}" --runs "${RUNS[@]}"

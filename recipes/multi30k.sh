@@ -39,6 +39,7 @@
 #   RESULTS_DIR   where multi30k.md goes (default results/)
 #   DEVICE        cpu | cuda (default: cuda when torch sees a GPU, else --cpu)
 #   VENV          the environment made by recipes/setup.sh (default .venv)
+#   JOBS THREADS TIME_BUDGET EVAL_RESERVE MPS STATUS_EVERY   how the runs share the machine (below)
 # Options: --spm sentencepiece instead of word vocabularies (output detokenized by sentencepiece);
 # --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
@@ -72,7 +73,8 @@ SETTINGS=(ROWS="$ROWS" GAMMAS="$GAMMAS" ARCH="$ARCH" HIDDEN="${HIDDEN:-}" DROPOU
           LAYERS="${LAYERS:-}" BATCH_SIZE="$BATCH_SIZE" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
           OPTIMIZER="$OPTIMIZER" LR="${LR:-}" WARMUP="$WARMUP" LABEL_SMOOTHING="$LABEL_SMOOTHING" PATIENCE="$PATIENCE"
           BEAM="$BEAM" NWORDS="$NWORDS" TOKENIZER="$TOKENIZER" SPM="$SPM" SPM_VOCAB="$SPM_VOCAB"
-          SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS")
+          SPM_JOINT="$SPM_JOINT" SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" GEN_ARGS="$GEN_ARGS"
+          "${ROWS_SETTINGS[@]}")
 require_venv
 check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
@@ -104,10 +106,10 @@ prepare "$RAW" "$PY" recipes/prepare_translation.py plain --indir "$MULTI30K_DIR
   --src en --tgt de --split train=train --split valid=val --split test=test
 
 # 2.-4. segment and binarize, train, validate and decode test: the same steps for both translation
-#    recipes, in recipes/_translation_steps.sh
+#    recipes, in recipes/_translation_steps.sh (PAGE_TABLE and PAGE_DATA: the results page)
+PAGE_TABLE=multi30k PAGE_DATA=$MULTI30K_DIR
 source recipes/_translation_steps.sh
 
 # 5. the results page (our table beside Table 4's IWSLT figures, every command), the training logs
 #    and the chosen runs' test translations
-write_results multi30k --out "$RESULTS_DIR/multi30k$PAGE_SUFFIX.md" --device "$DEVICE" --data "$MULTI30K_DIR" \
-  --settings "${SETTINGS[@]}" --prepared "$RAW" "$SEG" "$DATA" --runs "${RUNS[@]}"
+write_results "${PAGE[@]}" --runs "${RUNS[@]}"

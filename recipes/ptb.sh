@@ -29,6 +29,7 @@
 #   RESULTS_DIR  where ptb-$SIZE.md goes (default results/)
 #   DEVICE       cpu | cuda (default: cuda when torch sees a GPU, else --cpu)
 #   VENV         the environment made by recipes/setup.sh (default .venv)
+#   JOBS THREADS TIME_BUDGET EVAL_RESERVE MPS STATUS_EVERY   how the runs share the machine (below)
 # Options: --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,8 @@ EXTRA_ARGS=${EXTRA_ARGS:-}
 WORK=$(realpath -m "${WORK:-runs/ptb}")
 RESULTS_DIR=${RESULTS_DIR:-results}
 SETTINGS=(SIZE="$SIZE" SCHEMES="$SCHEMES" GAMMAS="$GAMMAS" HIDDEN="${HIDDEN:-}" DROPOUT="${DROPOUT:-}"
-          MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS" SEED="$SEED" ANALYZE="$ANALYZE" EXTRA_ARGS="$EXTRA_ARGS")
+          MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS" SEED="$SEED" ANALYZE="$ANALYZE" EXTRA_ARGS="$EXTRA_ARGS"
+          "${ROWS_SETTINGS[@]}")
 require_venv
 check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
@@ -72,11 +74,17 @@ DATA=$WORK/data-bin
 prepare "$DATA" "$BIN/fairseq-preprocess" --only-source --trainpref "$PTB_DIR/ptb.train.txt" \
   --validpref "$PTB_DIR/ptb.valid.txt" --testpref "$PTB_DIR/ptb.test.txt" --destdir "$DATA" --workers 2
 
-# 3. train one model per scheme and gamma_0 (none once); a cut-off run resumes from checkpoint_last.pt
+# 3. train one model per scheme and gamma_0 (none once), JOBS at a time, each evaluated on valid as
+#    soon as it ends (stateful evaluation of checkpoint_best.pt, batch 1: every token with its whole
+#    left context); a cut-off run resumes from checkpoint_last.pt. The page is rewritten as they go.
 MODEL_ARGS=(--arch "noising_lstm_lm_$SIZE")
 if [ -n "${HIDDEN:-}" ]; then MODEL_ARGS+=(--hidden-size "$HIDDEN"); fi
 if [ -n "${DROPOUT:-}" ]; then MODEL_ARGS+=(--dropout "$DROPOUT"); fi
 read -r -a EXTRA <<< "$EXTRA_ARGS"
+EVAL_LM=("$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
+         --stateful-bptt --batch-size 1 --tokens-per-sample 35 "${DEVICE_ARGS[@]}")
+PAGE=("ptb-$SIZE" --out "$RESULTS_DIR/ptb-$SIZE.md" --device "$DEVICE" --data "$PTB_DIR"
+      --settings "${SETTINGS[@]}" --prepared "$DATA")
 RUNS=()
 for scheme in $SCHEMES; do
   for gamma in $(gammas_of "$scheme"); do
@@ -89,39 +97,38 @@ for scheme in $SCHEMES; do
       --lr-scheduler paper_halving --halvings "$HALVINGS" --stop-min-lr 0 \
       --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
       --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
+    evaluate "${RUNS[-1]}/valid.eval.log" "${EVAL_LM[@]}" --path "${RUNS[-1]}/checkpoint_best.pt" --gen-subset valid
   done
 done
+run_queued "${PAGE[@]}" --runs "${RUNS[@]}"
 
-# 4. stateful evaluation of checkpoint_best.pt (batch 1: every token with its whole left context):
-#    valid for every run, test for the gamma_0 of each scheme with the lowest validation perplexity
-EVAL_LM=("$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
-         --stateful-bptt --batch-size 1 --tokens-per-sample 35 "${DEVICE_ARGS[@]}")
+# 4. test, read the same way, for the gamma_0 of each scheme with the lowest validation perplexity
+#    (a scheme whose runs all failed has none)
 CHOSEN=()
 for scheme in $SCHEMES; do
   runs=()
-  for gamma in $(gammas_of "$scheme"); do
-    runs+=("$WORK/$SIZE/$scheme-g$gamma")
-    evaluate "${runs[-1]}/valid.eval.log" "${EVAL_LM[@]}" --path "${runs[-1]}/checkpoint_best.pt" --gen-subset valid
-  done
+  for gamma in $(gammas_of "$scheme"); do runs+=("$WORK/$SIZE/$scheme-g$gamma"); done
   best=$(best_run "${runs[@]}")
+  if [ -z "$best" ]; then continue; fi
   evaluate "$best/test.eval.log" "${EVAL_LM[@]}" --path "$best/checkpoint_best.pt" --gen-subset test
   CHOSEN+=("$scheme=$best/checkpoint_best.pt")
 done
 
-# 5. Section 5 of the paper on the chosen runs, validation split, read as in step 4: Figure 3 (mean
+# 5. Section 5 of the paper on the chosen runs, validation split, read as in step 3: Figure 3 (mean
 #    KL divergence of the predicted distributions from the uniform and the unigram distribution)
-#    and Table 6 (perplexity where the bigram / trigram never occurs in training)
+#    and Table 6 (perplexity where the bigram / trigram never occurs in training); optional steps,
+#    which a time budget may leave out
 ANALYSIS=()
-if [ "$ANALYZE" = 1 ]; then
+if [ "$ANALYZE" = 1 ] && [ "${#CHOSEN[@]}" -gt 0 ]; then
   ANALYSIS=(--analysis "$WORK/$SIZE/analysis")
   for what in kl unseen; do
-    evaluate "$WORK/$SIZE/analysis/$what.log" "$BIN/fairseq-noise-analyze" "$what" "${CHOSEN[@]}" --data "$DATA" \
-      --split valid --eval-mode stateful --batch-size 1 --log-format simple \
+    evaluate --optional "$WORK/$SIZE/analysis/$what.log" "$BIN/fairseq-noise-analyze" "$what" "${CHOSEN[@]}" \
+      --data "$DATA" --split valid --eval-mode stateful --batch-size 1 --log-format simple \
       --json "$WORK/$SIZE/analysis/$what.json" --output "$WORK/$SIZE/analysis/$what.png" "${DEVICE_ARGS[@]}"
   done
 fi
+run_queued "${PAGE[@]}" --runs "${RUNS[@]}" "${ANALYSIS[@]}"
 
 # 6. the results page (our table beside the paper's Table 2, every command), the training logs,
 #    Figure 1 (none against the chosen kn run) and the analyses
-write_results "ptb-$SIZE" --out "$RESULTS_DIR/ptb-$SIZE.md" --device "$DEVICE" --data "$PTB_DIR" \
-  --settings "${SETTINGS[@]}" --prepared "$DATA" --runs "${RUNS[@]}" "${ANALYSIS[@]}"
+write_results "${PAGE[@]}" --runs "${RUNS[@]}" "${ANALYSIS[@]}"

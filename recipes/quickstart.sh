@@ -7,7 +7,7 @@
 #
 # On a GPU (torch sees one): noising_lstm_lm_medium, the paper's whole protocol (stateful BPTT,
 # SGD lr 1, clip 5, halve and restore on a non-improving epoch until 8 halvings are trained).
-# On a CPU: noising_lstm_lm_small for 5 epochs of the same protocol, one thread per run.
+# On a CPU: noising_lstm_lm_small for 5 epochs of the same protocol, the cores shared out.
 #
 # Environment:
 #   PTB_DIR   folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt; when unset, PTB is
@@ -16,10 +16,10 @@
 #   SIZE      small, medium or large (default: medium on cuda, small on cpu)
 #   EPOCHS    cap on epochs (default: 100 on cuda, where the protocol ends training; 5 on cpu)
 #   GAMMA     gamma_0 for kn (default 0.2)
-#   THREADS   threads per run (default: 1 on cpu, 4 on cuda)
 #   WORK      working folder (default runs/quickstart); finished steps are skipped, cut-off
 #             runs resume from their checkpoint_last.pt
 #   VENV      the environment made by recipes/setup.sh (default .venv)
+#   JOBS THREADS TIME_BUDGET EVAL_RESERVE MPS STATUS_EVERY   how the runs share the machine (below)
 # Options: --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,13 +28,13 @@ parse_options "" "$@"
 require_venv
 DEVICE=$(choose_device "${DEVICE:-auto}")
 if [ "$DEVICE" = cuda ]; then
-  SIZE=${SIZE:-medium}; EPOCHS=${EPOCHS:-100}; DEVICE_ARGS=(); THREADS=${THREADS:-4}
+  SIZE=${SIZE:-medium}; EPOCHS=${EPOCHS:-100}; DEVICE_ARGS=()
 else
-  SIZE=${SIZE:-small}; EPOCHS=${EPOCHS:-5}; DEVICE_ARGS=(--cpu); THREADS=${THREADS:-1}
+  SIZE=${SIZE:-small}; EPOCHS=${EPOCHS:-5}; DEVICE_ARGS=(--cpu)
 fi
 GAMMA=${GAMMA:-0.2}
 WORK=${WORK:-runs/quickstart}
-check_settings SIZE="$SIZE" EPOCHS="$EPOCHS" GAMMA="$GAMMA" THREADS="$THREADS"
+check_settings SIZE="$SIZE" EPOCHS="$EPOCHS" GAMMA="$GAMMA" "${ROWS_SETTINGS[@]}"
 echo "quickstart: $DEVICE, noising_lstm_lm_$SIZE, at most $EPOCHS epochs, none vs kn (gamma_0 $GAMMA), in $WORK"
 
 # 1. data
@@ -54,44 +54,26 @@ DATA=$WORK/data-bin
 prepare "$DATA" "$BIN/fairseq-preprocess" --only-source --trainpref "$PTB_DIR/ptb.train.txt" \
   --validpref "$PTB_DIR/ptb.valid.txt" --testpref "$PTB_DIR/ptb.test.txt" --destdir "$DATA" --workers 2
 
-# 3. train none and kn side by side (THREADS threads each), fairseq's output into WORK/<scheme>/train.log
-#    and a progress line every 30 s; a cut-off run resumes from its checkpoint_last.pt
-WATCH=()
+# 3. train none and kn side by side, fairseq's output into WORK/<scheme>/train.log and a status
+#    line per run every STATUS_EVERY seconds, then evaluate each checkpoint_best.pt on valid and
+#    test, every token with its whole left context; a cut-off run resumes from its checkpoint_last.pt
 for scheme in none kn; do
   gamma=$GAMMA
   if [ "$scheme" = none ]; then gamma=0; fi
-  [ -f "$WORK/$scheme/.done" ] && continue
-  cmd=("$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
-       --stateful-bptt --noise-scheme "$scheme" --noise-gamma "$gamma" --arch "noising_lstm_lm_$SIZE"
-       --sentence-avg --batch-size 20 --required-batch-size-multiple 1 --tokens-per-sample 35
-       --optimizer sgd --lr 1.0 --clip-norm 5 --lr-scheduler paper_halving --halvings 8 --stop-min-lr 0
-       --max-epoch "$EPOCHS" --seed 1 --num-workers 0 --log-format simple --log-interval 100
-       --no-epoch-checkpoints --save-dir "$WORK/$scheme" "${DEVICE_ARGS[@]}")
-  echo "+ ${cmd[*]} > $WORK/$scheme/train.log"
-  [ "$DRY_RUN" = 1 ] && continue
-  mkdir -p "$WORK/$scheme"
-  echo "${cmd[*]}" > "$WORK/$scheme/command.txt"
-  (OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS "${cmd[@]}" >> "$WORK/$scheme/train.log" 2>&1
-   echo $? > "$WORK/$scheme/train.log.exit") &
-  WATCH+=("$scheme=$WORK/$scheme/train.log:$!")
-done
-if [ "${#WATCH[@]}" -gt 0 ]; then
-  "$PY" recipes/quickstart.py watch --max-epoch "$EPOCHS" "${WATCH[@]}"  # exit status 1 if a run failed
-  wait
-  for scheme in none kn; do
-    if [ "$(cat "$WORK/$scheme/train.log.exit" 2>/dev/null)" = 0 ]; then touch "$WORK/$scheme/.done"; fi
-  done
-fi
-
-# 4. evaluate checkpoint_best.pt on valid and test, every token with its whole left context
-for scheme in none kn; do
+  train "$WORK/$scheme" "$BIN/fairseq-train" "$DATA" --user-dir fairseq_noising --task noised_language_modeling \
+    --stateful-bptt --noise-scheme "$scheme" --noise-gamma "$gamma" --arch "noising_lstm_lm_$SIZE" \
+    --sentence-avg --batch-size 20 --required-batch-size-multiple 1 --tokens-per-sample 35 \
+    --optimizer sgd --lr 1.0 --clip-norm 5 --lr-scheduler paper_halving --halvings 8 --stop-min-lr 0 \
+    --max-epoch "$EPOCHS" --seed 1 --num-workers 0 --log-format simple --log-interval 100 \
+    --no-epoch-checkpoints --save-dir "$WORK/$scheme" "${DEVICE_ARGS[@]}"
   for split in valid test; do
-    evaluate --quiet "$WORK/$scheme/$split.eval.log" "$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising \
+    evaluate "$WORK/$scheme/$split.eval.log" "$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising \
       --task noised_language_modeling --stateful-bptt --batch-size 1 --tokens-per-sample 35 \
       --path "$WORK/$scheme/checkpoint_best.pt" --gen-subset "$split" "${DEVICE_ARGS[@]}"
   done
 done
+run_queued
 
-# 5. the table and Figure 1
+# 4. the table and Figure 1
 "$PY" recipes/quickstart.py report "${DRY[@]}" --work "$WORK" --out "$WORK" \
   --title "Quick start: noising_lstm_lm_$SIZE on PTB, $DEVICE, at most $EPOCHS epochs" none kn

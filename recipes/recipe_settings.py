@@ -25,6 +25,7 @@ _AT_LEAST = {
     "TEST_CHARS": 1,
     "MIN_COUNT": 0,
     "THREADS": 1,
+    "JOBS": 1,
     "WARMUP": 0,
     "PATIENCE": 1,
 }
@@ -35,9 +36,21 @@ _CHOICES = {
     "SPM_JOINT": ("0", "1"),
     "OPTIMIZER": ("sgd", "adam"),
     "ANALYZE": ("0", "1"),
+    "MPS": ("0", "1"),
 }
-_OPTIONAL = ("HIDDEN", "DROPOUT", "LAYERS", "LR")  # empty: the architecture's / protocol's value
+_DURATIONS = ("TIME_BUDGET", "EVAL_RESERVE")  # 90s, 25m, 1.5h
+# empty: the architecture's / protocol's value, or the runner's default
+_OPTIONAL = ("HIDDEN", "DROPOUT", "LAYERS", "LR", "JOBS", "THREADS", "TIME_BUDGET", "EVAL_RESERVE")
 _LSTM_ONLY = {"HIDDEN": "--hidden-size", "LAYERS": "--num-layers"}  # options of our LSTM models
+
+
+def duration_seconds(text: str) -> Optional[float]:
+    """Seconds of a duration such as ``90s``, ``25m`` or ``1.5h`` (a bare number: seconds); None
+    when the text is not one."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)([smh]?)", text.strip())
+    if not m or float(m.group(1)) <= 0:
+        return None
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def _number(text: str) -> Optional[float]:
@@ -97,6 +110,9 @@ def settings_error(settings: Dict[str, str]) -> Optional[str]:
             x = _number(value)
             if x is None or not x > 0.0:
                 return f"{name} must be a learning rate > 0, got {value!r}"
+        elif name in _DURATIONS:
+            if duration_seconds(value) is None:
+                return f"{name} must be a duration such as 90s, 25m or 2h, got {value!r}"
         elif name in _AT_LEAST:
             if not re.fullmatch(r"[0-9]+", value) or int(value) < _AT_LEAST[name]:
                 return f"{name} must be a whole number >= {_AT_LEAST[name]}, got {value!r}"

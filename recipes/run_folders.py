@@ -1,5 +1,10 @@
-"""The recipes' run folders: what each one trained (read from its ``.done`` marker), the figures
-of its evaluations, and gamma_0 chosen on validation perplexity."""
+"""The recipes' run folders: what each one trained and how its training ended (its markers), the
+figures of its evaluations, and gamma_0 chosen on validation perplexity.
+
+A run folder's markers (``recipes/steps.py``, ``recipes/rows.py``): ``.command`` the training
+command as queued; ``.done`` the same once fairseq-train ended by itself; ``.budget`` once the time
+budget stopped it (a rerun resumes it); ``.failed`` the exit code and the log's last line. A run
+with ``.done`` or ``.budget`` has a ``checkpoint_best.pt`` to evaluate (:func:`trained`)."""
 
 import os
 import re
@@ -7,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
-from steps import fail, read_marker, shown
+from steps import fail, newer_inputs, read_marker, shown
 
 _EVAL_LM = re.compile(r"Perplexity: ([0-9.]+)")
 _VALIDATE = re.compile(r"valid on '[^']+' subset \|.*?\| ppl ([0-9.]+)")
@@ -21,6 +26,15 @@ def read_text(path: str) -> Optional[str]:
             return f.read()
     except OSError:
         return None
+
+
+def fresh(path: str) -> bool:
+    """An evaluation output whose marker (``PATH.done``) is there and no input of its command is
+    newer (it evaluated the checkpoint that is there now)."""
+    line = read_marker(path + ".done")
+    if line is None or not os.path.isfile(path):
+        return False
+    return not newer_inputs(path + ".done", shlex.split(line.rpartition(" > ")[0] or line))
 
 
 def perplexity(path: str) -> Optional[float]:
@@ -60,6 +74,8 @@ class Run:
     gamma: str  # as the command gives it
     side: str = "both"
     lr_scheduler: str = ""  # --lr-scheduler of the command ("" when it names none)
+    state: str = "done"  # done | budget | failed | training | waiting (see the module's text)
+    failure: str = ""  # a failed run: exit code and the log's last line
 
     @property
     def row(self) -> str:
@@ -74,9 +90,27 @@ class Run:
         return os.path.join(self.path, name)
 
 
-def read_run(path: str, prog: str) -> Run:
-    line = read_marker(os.path.join(path, ".done"))
+def trained(path: str) -> bool:
+    """A run whose training ended by itself or by the time budget: it has a checkpoint to use."""
+    return any(os.path.isfile(os.path.join(path, m)) for m in (".done", ".budget"))
+
+
+def read_run(path: str, prog: str, partial: bool = False) -> Run:
+    """A run folder; unless ``partial``, one whose training has ended (finished, stopped by the
+    time budget or failed)."""
+
+    def marker(name):
+        return read_marker(os.path.join(path, name))
+
+    state, line = "done", marker(".done")
     if line is None:
+        state, line = "budget", marker(".budget")
+    if line is None:
+        line = marker(".command")
+        state = "training" if os.path.isfile(os.path.join(path, "train.log")) else "waiting"
+        if os.path.isfile(os.path.join(path, ".failed")):
+            state = "failed"
+    if line is None or (state in ("training", "waiting") and not partial):
         fail(prog, f"{shown(path)} holds no finished training (no .done)")
     cmd = shlex.split(line)
     return Run(
@@ -86,6 +120,8 @@ def read_run(path: str, prog: str) -> Run:
         gamma=flag_value(cmd, "--noise-gamma", "0"),
         side=flag_value(cmd, "--noise-side", "both"),
         lr_scheduler=flag_value(cmd, "--lr-scheduler", ""),
+        state=state,
+        failure=(read_text(os.path.join(path, ".failed")) or "").strip(),
     )
 
 
@@ -101,13 +137,16 @@ def choose(valid: Sequence[Tuple[str, Optional[float]]]) -> Optional[str]:
 
 
 def best_run(runs: Sequence[str], dry_run: bool, prog: str) -> str:
-    if len(runs) == 1:
-        return runs[0]
+    """The run (of one scheme) to evaluate on test: the trained one with the lowest validation
+    perplexity; "" when none of them trained (all failed)."""
+    if dry_run and not any(trained(run) for run in runs):
+        return runs[0] if len(runs) == 1 else re.sub(r"-g[^/]*$", "-gBEST", runs[0].rstrip("/"))
+    runs = [run for run in runs if trained(run)]
+    if len(runs) <= 1:
+        return runs[0] if runs else ""
     valid = [(run, perplexity(os.path.join(run, "valid.eval.log"))) for run in runs]
     chosen = choose(valid)
     if chosen is not None:
         return chosen
-    if dry_run:
-        return re.sub(r"-g[^/]*$", "-gBEST", runs[0].rstrip("/"))
     missing = next(run for run, ppl in valid if ppl is None)
     fail(prog, f"no validation perplexity in {shown(os.path.join(missing, 'valid.eval.log'))}")

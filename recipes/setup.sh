@@ -15,10 +15,12 @@
 #     (online) puts every wheel the plugin needs except torch (and torchaudio, which fairseq
 #     needs only for speech tasks) into DIR, for that Python (default: PYTHON's) and platform,
 #     with a manifest DIR/wheelhouse.json; --with-torch adds that exact torch and its needs.
-#   bash recipes/setup.sh --from-wheelhouse DIR [--python /path/to/python]
-#     (offline) pip install --no-index from DIR into that Python's environment (default: VENV,
-#     created if missing), keeping the torch already there. Checks DIR against the interpreter
-#     first and stops with one line (missing wheel, other Python version, no torch anywhere).
+#   bash recipes/setup.sh --from-wheelhouse DIR [--python PY]
+#     (offline) pip install --no-index from DIR into the environment of PY, a path or a command
+#     (python3 of a machine image that is a virtual environment with its own CUDA torch), or of
+#     VENV (created if missing), keeping the torch already there. Checks DIR against that Python
+#     first and stops with one line (a missing or damaged wheel, another Python version or
+#     platform, no torch anywhere).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON=${PYTHON:-python3}

@@ -3,45 +3,44 @@
 
     python recipes/steps.py [--prog NAME] [--dry-run] fetch URL DEST HINT
     python recipes/steps.py [--prog NAME] [--dry-run] prepare DIR CMD...
-    python recipes/steps.py [--prog NAME] [--dry-run] train [--quiet] DIR CMD...
-    python recipes/steps.py [--prog NAME] [--dry-run] evaluate [--quiet] OUT CMD...
-    python recipes/steps.py [--prog NAME] [--dry-run] device auto|cpu|cuda
+    python recipes/steps.py [--prog NAME] [--dry-run] --queue FILE train DIR CMD...
+    python recipes/steps.py [--prog NAME] [--dry-run] --queue FILE evaluate [--optional] OUT CMD...
+    python recipes/steps.py [--prog NAME] [--dry-run] device auto|cpu|cuda [--mps 0|1]
 
 The recipes (``recipes/_common.sh`` names one shell function after each kind) call it once per
-command. A step prints ``+ CMD`` and runs CMD, or prints ``= done already: CMD`` when it finished
-before; with ``--dry-run`` it prints and runs nothing. Printed commands show paths relative to the
-repository (``shown``), as the results pages do.
+command. A step prints ``+ CMD``, or ``= done already: CMD`` when it finished before; with
+``--dry-run`` it prints and runs nothing. Printed commands show paths relative to the repository
+(``shown``), as the results pages do. ``prepare`` runs its command at once. ``train`` and
+``evaluate`` are added to the queue FILE, which ``recipes/rows.py`` then runs, several side by side
+(:class:`Step` says where each one's output and marker go).
 
 A step has finished when its marker holds exactly its command (``shlex.join`` of the arguments):
 
 - ``prepare DIR``: marker ``DIR/.done``. An unfinished step starts again from an empty DIR.
 - ``train DIR``: marker ``DIR/.done``. An unfinished step starts again in the same save dir, so
-  fairseq resumes from ``DIR/checkpoint_last.pt``. The output is appended to ``DIR/train.log``
-  and shown (unless ``--quiet``); the step fails unless ``DIR/checkpoint_best.pt`` exists afterwards.
-- ``evaluate OUT``: ``CMD > OUT 2>&1`` (fairseq logs to either stream), written through
-  ``OUT.part`` and shown (unless ``--quiet``) without fairseq-generate's per-sentence lines. Marker
-  ``OUT.done``; the step is redone when a file the command names (the checkpoint, the decoded
-  output) is newer than the marker.
+  fairseq resumes from ``DIR/checkpoint_last.pt``.
+- ``evaluate OUT``: ``CMD > OUT 2>&1``, marker ``OUT.done``; the step is redone when a file the
+  command names (the checkpoint, the decoded output) is newer than the marker.
 
 ``fetch`` downloads URL to DEST with curl unless DEST exists (a failure names the URL and says what
 to do: HINT). ``device`` prints ``cpu`` or ``cuda`` (``auto``: cuda when torch sees a GPU) and
-stops with one line when cuda is asked for and torch sees none (a dry run only warns).
+stops with one line when cuda is asked for and torch sees none (a dry run only warns), or when
+``--mps 1`` is given for a CPU or without ``nvidia-cuda-mps-control``.
 """
 
 import argparse
+import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# fairseq-generate's per-sentence lines (source, target, hypothesis, detokenized, scores)
-_SENTENCE_LINE = re.compile(rb"^[STHDPEA]-\d+\t")
 _NOT_PATH = r"A-Za-z0-9_.~/-"  # characters a path is made of
 
 
@@ -131,36 +130,84 @@ def is_finished(marker: str, line: str, cmd: Sequence[str] = (), fresh_check: bo
     return not (fresh_check and newer_inputs(marker, cmd))
 
 
-def _child_env():
-    return dict(os.environ, PYTHONUNBUFFERED="1")  # progress as it happens, not in 8 KB blocks
+@dataclass
+class Step:
+    """A training or an evaluation: what it runs, where its output and its marker go.
+
+    ``train``: TARGET is the save dir; output appended to ``TARGET/train.log``; marker
+    ``TARGET/.done``; finished when the marker holds the command. ``evaluate``: TARGET is the output
+    file, written through ``TARGET.part``; marker ``TARGET.done``; finished when the marker holds
+    the command line and no file the command names is newer. ``optional``: a step the recipe can do
+    without (an analysis), which a time budget may skip or cut short."""
+
+    kind: str  # "train" or "evaluate"
+    target: str
+    cmd: List[str]
+    optional: bool = False
+
+    @property
+    def line(self) -> str:
+        line = shlex.join(self.cmd)
+        return line if self.kind == "train" else f"{line} > {shlex.quote(self.target)} 2>&1"
+
+    @property
+    def folder(self) -> str:
+        """The folder the step writes into (a run folder, for a training)."""
+        return self.target if self.kind == "train" else os.path.dirname(self.target)
+
+    @property
+    def marker(self) -> str:
+        return os.path.join(self.target, ".done") if self.kind == "train" else self.target + ".done"
+
+    @property
+    def output(self) -> str:
+        return (
+            os.path.join(self.target, "train.log")
+            if self.kind == "train"
+            else self.target + ".part"
+        )
+
+    @property
+    def name(self) -> str:
+        """How status lines name it: the run folder, and the output file of an evaluation."""
+        run = os.path.basename(self.folder)
+        return run if self.kind == "train" else f"{run}/{os.path.basename(self.target)}"
+
+    def finished(self) -> bool:
+        if self.kind == "train":
+            return is_finished(self.marker, self.line)
+        return os.path.isfile(self.target) and is_finished(self.marker, self.line, self.cmd, True)
+
+    def needs(self, other: "Step") -> bool:
+        """Whether this step reads what ``other`` writes (a checkpoint of its save dir, its output)."""
+        named = (
+            [self.target] + list(self.cmd[1:]) + [a.split("=", 1)[1] for a in self.cmd if "=" in a]
+        )
+        if other.kind == "train":
+            return any(a.startswith(other.target.rstrip("/") + "/") for a in named)
+        return other.target in named[1:]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
 
 
-def _run_piped(cmd: Sequence[str], sinks, keep=lambda line: True) -> int:
-    """Runs cmd with its output (both streams) copied line by line to every sink (binary files;
-    a filtered sink gets the lines ``keep`` accepts); Ctrl-C stops the command and then this step
-    (its exit status says so)."""
-    proc = subprocess.Popen(
-        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_child_env()
-    )
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command gets Ctrl-C itself
+def queued(path: str) -> List[Step]:
+    """The steps of a queue file (one JSON object a line), in order."""
     try:
-        for line in iter(proc.stdout.readline, b""):
-            for sink, filtered in sinks:
-                if not filtered or keep(line):
-                    sink.write(line)
-                    sink.flush()
-        return proc.wait()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        with open(path, encoding="utf-8") as f:
+            return [Step(**json.loads(line)) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 # ------------------------------------------------------------------ the steps
 
 
 class Steps:
-    def __init__(self, prog: str, dry_run: bool):
+    def __init__(self, prog: str, dry_run: bool, queue: Optional[str] = None):
         self.prog = prog
         self.dry_run = dry_run
+        self.queue_file = queue
 
     def announce(self, line: str, finished: bool) -> bool:
         """Prints the step; true when it is to run now."""
@@ -196,44 +243,29 @@ class Steps:
             fail(self.prog, f"step failed (exit {code}): {shown_line(line)}")
         write_marker(marker, line)
 
-    def train(self, directory: str, cmd: Sequence[str], quiet: bool = False) -> None:
-        line = shlex.join(cmd)
-        marker = os.path.join(directory, ".done")
-        if not self.announce(line, is_finished(marker, line)):
+    def queue(self, step: Step) -> None:
+        """Announces a training or an evaluation and, unless it is finished, adds it to the queue
+        that ``recipes/rows.py`` runs."""
+        if not self.announce(step.line, step.finished()):
             return
-        os.makedirs(directory, exist_ok=True)
-        last = os.path.join(directory, "checkpoint_last.pt")
-        if os.path.isfile(last):
-            print(f"{self.prog}: resuming from {shown(last)}", flush=True)
-        log = os.path.join(directory, "train.log")
-        with open(log, "ab") as f:
-            code = _run_piped(cmd, [(f, False)] + ([] if quiet else [(sys.stdout.buffer, False)]))
-        if code != 0:
-            fail(self.prog, f"training failed (exit {code}), see {shown(log)}; rerun to resume")
-        if not os.path.isfile(os.path.join(directory, "checkpoint_best.pt")):
-            fail(
-                self.prog,
-                f"training wrote no {shown(directory)}/checkpoint_best.pt, see {shown(log)}",
-            )
-        write_marker(marker, line)
+        if self.queue_file is None:
+            fail(self.prog, f"{step.kind} steps are queued: give --queue FILE")
+        os.makedirs(os.path.dirname(os.path.abspath(self.queue_file)), exist_ok=True)
+        if step.kind == "train":  # the run's command, for the pages written while it waits
+            os.makedirs(step.target, exist_ok=True)
+            write_marker(os.path.join(step.target, ".command"), step.line)
+        with open(self.queue_file, "a", encoding="utf-8") as f:
+            f.write(step.to_json() + "\n")
 
-    def evaluate(self, out: str, cmd: Sequence[str], quiet: bool = False) -> None:
-        line = f"{shlex.join(cmd)} > {shlex.quote(out)} 2>&1"
-        marker = out + ".done"
-        finished = os.path.isfile(out) and is_finished(marker, line, cmd, fresh_check=True)
-        if not self.announce(line, finished):
-            return
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        part = out + ".part"
-        with open(part, "wb") as f:
-            shown_too = [] if quiet else [(sys.stdout.buffer, True)]
-            code = _run_piped(
-                cmd, [(f, False)] + shown_too, keep=lambda line: not _SENTENCE_LINE.match(line)
-            )
-        if code != 0:
-            fail(self.prog, f"failed (exit {code}): {shown_line(line)} (its output: {shown(part)})")
-        os.replace(part, out)
-        write_marker(marker, line)
+
+def check_mps(device: str, prog: str) -> None:
+    """MPS=1 needs a CUDA device and the MPS control program (recipes/mps.py starts it later)."""
+    from mps import CONTROL
+
+    if device != "cuda":
+        fail(prog, f"MPS=1 needs DEVICE=cuda (MPS shares one GPU between the rows), got {device}")
+    if shutil.which(CONTROL) is None:
+        fail(prog, f"MPS=1 needs {CONTROL} (part of the NVIDIA driver) on PATH; it is not there")
 
 
 def choose_device(asked: str, dry_run: bool = False, prog: str = "steps.py") -> str:
@@ -260,6 +292,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="recipes/steps.py", description=__doc__.split("\n")[0])
     parser.add_argument("--prog", default="steps.py", help="the recipe, for messages")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run none")
+    parser.add_argument("--queue", metavar="FILE", help="where train and evaluate steps are queued")
     sub = parser.add_subparsers(dest="kind", required=True)
     p = sub.add_parser("fetch")
     p.add_argument("url")
@@ -267,17 +300,21 @@ def main(argv=None) -> int:
     p.add_argument("hint")
     for kind, target in (("prepare", "DIR"), ("train", "DIR"), ("evaluate", "OUT")):
         p = sub.add_parser(kind)
-        if kind != "prepare":
-            p.add_argument("--quiet", action="store_true", help="output into the file only")
+        if kind == "evaluate":
+            p.add_argument("--optional", action="store_true", help="a time budget may skip it")
         p.add_argument("target", metavar=target)
         p.add_argument("command", nargs=argparse.REMAINDER)
     p = sub.add_parser("device")
     p.add_argument("asked", metavar="auto|cpu|cuda")
+    p.add_argument("--mps", default="0", help="MPS=1: the rows share the GPU under CUDA MPS")
     args = parser.parse_args(argv)
     if args.kind == "device":
-        print(choose_device(args.asked, args.dry_run, args.prog))
+        device = choose_device(args.asked, args.dry_run, args.prog)
+        if args.mps == "1":
+            check_mps(device, args.prog)
+        print(device)
         return 0
-    steps = Steps(args.prog, args.dry_run)
+    steps = Steps(args.prog, args.dry_run, args.queue)
     if args.kind == "fetch":
         steps.fetch(args.url, args.dest, args.hint)
         return 0
@@ -286,7 +323,7 @@ def main(argv=None) -> int:
     if args.kind == "prepare":
         steps.prepare(args.target, args.command)
     else:
-        getattr(steps, args.kind)(args.target, args.command, quiet=args.quiet)
+        steps.queue(Step(args.kind, args.target, args.command, getattr(args, "optional", False)))
     return 0
 
 

@@ -25,6 +25,7 @@
 #   RESULTS_DIR    where text8.md goes (default results/)
 #   DEVICE         cpu | cuda (default: cuda when torch sees a GPU, else --cpu)
 #   VENV           the environment made by recipes/setup.sh (default .venv)
+#   JOBS THREADS TIME_BUDGET EVAL_RESERVE MPS STATUS_EVERY   how the runs share the machine (below)
 # Options: --dry-run prints the commands without running them; --help prints this text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +50,7 @@ RESULTS_DIR=${RESULTS_DIR:-results}
 SETTINGS=(SCHEMES="$SCHEMES" GAMMAS="$GAMMAS" HIDDEN="$HIDDEN" DROPOUT="$DROPOUT"
           WORDS_PER_LINE="$WORDS_PER_LINE" TRAIN_CHARS="$TRAIN_CHARS" VALID_CHARS="$VALID_CHARS"
           TEST_CHARS="$TEST_CHARS" MIN_COUNT="$MIN_COUNT" MAX_EPOCH="$MAX_EPOCH" HALVINGS="$HALVINGS"
-          SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS")
+          SEED="$SEED" EXTRA_ARGS="$EXTRA_ARGS" "${ROWS_SETTINGS[@]}")
 require_venv
 check_settings "${SETTINGS[@]}"
 DEVICE=$(choose_device "${DEVICE:-auto}")
@@ -75,8 +76,14 @@ DATA=$WORK/data-bin
 prepare "$DATA" "$BIN/fairseq-preprocess" --only-source --trainpref "$TEXT/train.txt" \
   --validpref "$TEXT/valid.txt" --testpref "$TEXT/test.txt" --destdir "$DATA" --workers 2
 
-# 3. train one model per scheme and gamma_0 (none once); a cut-off run resumes from checkpoint_last.pt
+# 3. train one model per scheme and gamma_0 (none once), JOBS at a time, each evaluated on valid as
+#    soon as it ends (stateful evaluation of checkpoint_best.pt, batch 1: every token with its whole
+#    left context); a cut-off run resumes from checkpoint_last.pt. The page is rewritten as they go.
 read -r -a EXTRA <<< "$EXTRA_ARGS"
+EVAL_LM=("$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
+         --stateful-bptt --batch-size 1 --tokens-per-sample 35 "${DEVICE_ARGS[@]}")
+PAGE=(text8 --out "$RESULTS_DIR/text8.md" --device "$DEVICE" --data "$TEXT8" --settings "${SETTINGS[@]}"
+      --prepared "$TEXT" "$DATA")
 RUNS=()
 for scheme in $SCHEMES; do
   for gamma in $(gammas_of "$scheme"); do
@@ -89,24 +96,22 @@ for scheme in $SCHEMES; do
       --lr-scheduler paper_halving --halvings "$HALVINGS" --stop-min-lr 0 \
       --max-epoch "$MAX_EPOCH" --seed "$SEED" --no-epoch-checkpoints --save-dir "${RUNS[-1]}" \
       --log-format simple --log-interval 100 "${DEVICE_ARGS[@]}" "${EXTRA[@]}"
+    evaluate "${RUNS[-1]}/valid.eval.log" "${EVAL_LM[@]}" --path "${RUNS[-1]}/checkpoint_best.pt" --gen-subset valid
   done
 done
+run_queued "${PAGE[@]}" --runs "${RUNS[@]}"
 
-# 4. stateful evaluation of checkpoint_best.pt (batch 1: every token with its whole left context):
-#    valid for every run, test for the gamma_0 of each scheme with the lowest validation perplexity
-EVAL_LM=("$BIN/fairseq-eval-lm" "$DATA" --user-dir fairseq_noising --task noised_language_modeling
-         --stateful-bptt --batch-size 1 --tokens-per-sample 35 "${DEVICE_ARGS[@]}")
+# 4. test, read the same way, for the gamma_0 of each scheme with the lowest validation perplexity
+#    (a scheme whose runs all failed has none)
 for scheme in $SCHEMES; do
   runs=()
-  for gamma in $(gammas_of "$scheme"); do
-    runs+=("$WORK/h$HIDDEN/$scheme-g$gamma")
-    evaluate "${runs[-1]}/valid.eval.log" "${EVAL_LM[@]}" --path "${runs[-1]}/checkpoint_best.pt" --gen-subset valid
-  done
+  for gamma in $(gammas_of "$scheme"); do runs+=("$WORK/h$HIDDEN/$scheme-g$gamma"); done
   best=$(best_run "${runs[@]}")
+  if [ -z "$best" ]; then continue; fi
   evaluate "$best/test.eval.log" "${EVAL_LM[@]}" --path "$best/checkpoint_best.pt" --gen-subset test
 done
+run_queued "${PAGE[@]}" --runs "${RUNS[@]}"
 
 # 5. the results page (our table beside the paper's Table 3, every command), the training logs and
 #    Figure 1 (none against the chosen kn run)
-write_results text8 --out "$RESULTS_DIR/text8.md" --device "$DEVICE" --data "$TEXT8" \
-  --settings "${SETTINGS[@]}" --prepared "$TEXT" "$DATA" --runs "${RUNS[@]}"
+write_results "${PAGE[@]}" --runs "${RUNS[@]}"

@@ -3,64 +3,51 @@
 
     python recipes/wheelhouse.py build DIR [--python-version 3.12] [--platform PLAT]
                                            [--with-torch torch==2.13.0 | --with-torch FILE.whl]
-    python recipes/wheelhouse.py install DIR [--python /path/to/python | --venv DIR]
+    python recipes/wheelhouse.py install DIR [--python PY | --venv DIR]
 
-``build`` (needs a package index) puts into DIR every wheel the plugin needs besides torch, for one
-Python version and platform: the plugin itself, ve-fairseq and the closure of their requirements,
-resolved here for the target (markers evaluated for it, one version per package) and downloaded
-with ``pip download --only-binary=:all: --no-deps --python-version X.Y --platform ...`` (one call
-per level of the requirement tree). A package published only as a
-source distribution (antlr4-python3-runtime) is built into a wheel, which must then suit the
-target (pure Python does). torch is left out (the machine's own build, CUDA or not, is kept);
-``--with-torch`` adds one exact torch wheel and torch's own requirements. torchaudio is left out
-too: ve-fairseq lists it, but fairseq imports it only inside its speech tasks, and torchaudio
-releases pin one torch version, so installing it would pull a different torch. DIR/wheelhouse.json
-records the Python version, the platforms and every wheel (name, version, file, sha256).
+``build`` (needs a package index) puts into DIR a wheel of the plugin and of all it needs but
+torch, for one Python version and manylinux platform, as ``pip download --only-binary=:all:
+--python-version X.Y --platform ...`` resolves and fetches them. pip gets torch and torchaudio as
+empty placeholder wheels, so that it neither fetches nor follows them: the target's own torch
+build (CUDA or not) is kept, and torchaudio, which ve-fairseq lists but fairseq imports only in
+its speech tasks, pins one torch version. A package published only as a source distribution
+(antlr4-python3-runtime) is built into a wheel (``pip wheel --no-deps``), which must then suit the
+target (pure Python does). ``--with-torch`` adds one exact torch and what it needs (a second
+``pip download``, held to the versions chosen before). pip evaluates environment markers for the
+Python that runs it: where they differ between versions, build with the target's version.
+DIR/wheelhouse.json records the Python version, the platforms and every wheel (name, version,
+file, sha256, role: plugin, torch, or torch-only for what only torch needs).
 
 ``install`` (no index) checks DIR against the target interpreter first (the manifest, the Python
-version, every wheel present and intact, torch available), then runs
-``pip install --no-index --find-links DIR --no-deps name==version ...`` for the manifest's wheels,
-keeping the torch already installed there. Bad input stops it with one line before anything is
-installed.
+version, torch installed there or shipped, every wheel needed present and intact, then a
+``pip install --dry-run`` of them there) and stops with one line before anything is installed.
+Then it runs ``pip install --no-index --find-links DIR --no-deps name==version ...``: where the
+target has torch, only the plugin's wheels, keeping that torch; otherwise all of them.
 """
 
 import argparse
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
-from email.parser import HeaderParser
 from pathlib import Path
-
-try:
-    from packaging.markers import default_environment
-    from packaging.requirements import Requirement
-    from packaging.specifiers import SpecifierSet
-    from packaging.tags import compatible_tags, cpython_tags
-    from packaging.utils import canonicalize_name, parse_wheel_filename
-except ImportError:  # an interpreter without packaging: pip's copy
-    from pip._vendor.packaging.markers import default_environment
-    from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.specifiers import SpecifierSet
-    from pip._vendor.packaging.tags import compatible_tags, cpython_tags
-    from pip._vendor.packaging.utils import canonicalize_name, parse_wheel_filename
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = "wheelhouse.json"
 FORMAT = 1
-PROG = "wheelhouse"
 DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
-# never in the wheelhouse (torch only through --with-torch)
 LEFT_OUT = {
     "torch": "the target's own torch build is kept (--with-torch adds one)",
     "torchaudio": "fairseq imports it only in its speech tasks, and it pins one torch version",
 }
-LEGACY_MANYLINUX = {"manylinux1": 5, "manylinux2010": 12, "manylinux2014": 17}
+# the version the placeholders claim (else --with-torch's): it must meet what the packages and
+# pip's constraints ask of torch and torchaudio
+PLACEHOLDER_VERSION = "2.13.0"
+LEGACY = {"manylinux1": 5, "manylinux2010": 12, "manylinux2014": 17}  # glibc 2.x they stand for
 
 
 class Error(Exception):
@@ -68,86 +55,27 @@ class Error(Exception):
 
 
 def say(msg):
-    print(f"{PROG}: {msg}", flush=True)
+    print(f"wheelhouse: {msg}", flush=True)
 
 
-# ---------------------------------------------------------------- target description
+def pip(*args, python=sys.executable, capture=True):
+    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *map(str, args)]
+    return subprocess.run(cmd, capture_output=capture, text=True)
 
 
-def parse_python_version(text):
-    m = re.fullmatch(r"(\d+)\.(\d+)", text or "")
-    if not m:
-        raise Error(f"--python-version must look like 3.12, got {text!r}")
-    version = (int(m.group(1)), int(m.group(2)))
-    if version < (3, 11):
-        raise Error(
-            f"--python-version {text}: the wheelhouse supports Python >= 3.11 "
-            "(ve-fairseq); older Pythons need the official fairseq, which has no wheels"
-        )
-    return version
+def last_error(proc):
+    lines = [l.strip() for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+    return ([l for l in lines if l.startswith("ERROR")] or lines or ["no output"])[-1]
 
 
-def expand_platform(platform):
-    """A manylinux platform and every older manylinux one a glibc of that age also runs."""
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform)
-    legacy = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)", platform)
-    if legacy:
-        glibc_minor, arch = LEGACY_MANYLINUX[legacy.group(1)], legacy.group(2)
-    elif m and m.group(1) == "2":
-        glibc_minor, arch = int(m.group(2)), m.group(3)
-    else:
-        raise Error(
-            f"--platform must be a manylinux platform tag such as {DEFAULT_PLATFORM} or "
-            f"manylinux2014_x86_64, got {platform!r}"
-        )
-    out = []
-    for minor in range(glibc_minor, 4, -1):
-        out.append(f"manylinux_2_{minor}_{arch}")
-        out += [f"{name}_{arch}" for name, m2 in LEGACY_MANYLINUX.items() if m2 == minor]
-    return out, arch
+def canonical(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def target_tags(version, platforms):
-    interp = f"cp{version[0]}{version[1]}"
-    tags = list(cpython_tags(version, abis=[interp], platforms=platforms))
-    tags += list(compatible_tags(version, interp, platforms))
-    return {str(t) for t in tags}
-
-
-def wheel_tags(filename):
-    return {str(t) for t in parse_wheel_filename(filename)[3]}
-
-
-def marker_environment(version, arch):
-    env = default_environment()
-    full = f"{version[0]}.{version[1]}.0"
-    env.update(
-        python_version=f"{version[0]}.{version[1]}",
-        python_full_version=full,
-        implementation_name="cpython",
-        implementation_version=full,
-        platform_python_implementation="CPython",
-        sys_platform="linux",
-        platform_system="Linux",
-        os_name="posix",
-        platform_machine=arch,
-    )
-    return env
-
-
-# ---------------------------------------------------------------- wheels
-
-
-def wheel_requirements(path):
-    """The Requires-Dist lines of a wheel's METADATA."""
-    with zipfile.ZipFile(path) as zf:
-        names = [
-            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-        ]
-        if not names:
-            raise Error(f"{path} has no .dist-info/METADATA: not a wheel")
-        meta = HeaderParser().parsestr(zf.read(names[0]).decode("utf-8"))
-    return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+def name_version(wheel):
+    """(canonical name, version) from a wheel's file name."""
+    name, version = Path(wheel).name.split("-")[:2]
+    return canonical(name), version
 
 
 def sha256(path):
@@ -158,440 +86,214 @@ def sha256(path):
     return h.hexdigest()
 
 
-def run_pip(args, capture=True):
-    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    return subprocess.run(cmd, capture_output=capture, text=True)
-
-
-def pip_error(proc):
-    lines = [l.strip() for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
-    errors = [l for l in lines if "ERROR" in l]
-    return (errors or lines or ["no output"])[-1]
-
-
-class Resolver:
-    """The closure of a set of requirements as wheels for one target, downloaded into dest."""
-
-    def __init__(self, dest, version, platform):
-        self.dest = Path(dest)
-        self.version = version
-        self.platforms, arch = expand_platform(platform)
-        self.platform = platform
-        self.tags = target_tags(version, self.platforms)
-        self.env = marker_environment(version, arch)
-        self.pip_target = [
-            "--only-binary=:all:",
-            "--implementation",
-            "cp",
-            "--python-version",
-            f"{version[0]}.{version[1]}",
-        ]
-        for p in self.platforms:
-            self.pip_target += ["--platform", p]
-
-    def describe(self):
-        return f"CPython {self.version[0]}.{self.version[1]} on {self.platform}"
-
-    # -- finding the wheel of a requirement
-
-    def pick(self, name, spec):
-        """The newest wheel in dest for name that satisfies spec and suits the target."""
-        best = None
-        for prerelease in (False, True):
-            for path in self.dest.glob("*.whl"):
-                try:
-                    wname, version, _, _ = parse_wheel_filename(path.name)
-                except Exception:
-                    continue
-                if wname != name or not spec.contains(version, prereleases=prerelease):
-                    continue
-                if not wheel_tags(path.name) & self.tags:
-                    continue
-                if best is None or version > best[0]:
-                    best = (version, path)
-            if best:
-                return best[1]
-        return None
-
-    def download(self, reqs):
-        return run_pip(
-            [
-                "download",
-                "--no-deps",
-                "--progress-bar",
-                "off",
-                "-d",
-                str(self.dest),
-                *self.pip_target,
-                *reqs,
-            ]
-        )
-
-    def build_from_source(self, name, req):
-        """pip wheel --no-deps of a package published only as a source distribution."""
-        with tempfile.TemporaryDirectory() as tmp:
-            proc = run_pip(
-                ["wheel", "--no-deps", "--no-binary", name, "--progress-bar", "off", "-w", tmp, req]
-            )
-            built = list(Path(tmp).glob("*.whl"))
-            if proc.returncode != 0 or len(built) != 1:
-                raise Error(
-                    f"{req} has no wheel for {self.describe()} and building it from "
-                    f"source failed: {pip_error(proc)}"
-                )
-            wheel = built[0]
-            if not wheel_tags(wheel.name) & self.tags:
-                raise Error(
-                    f"{req} has no wheel for {self.describe()}, and its source builds "
-                    f"{wheel.name}, which does not suit that target"
-                )
-            shutil.copy2(wheel, self.dest / wheel.name)
-        say(f"built {wheel.name} from its source distribution")
-
-    def fetch(self, wanted):
-        """Downloads (or builds) a wheel for every {name: requirement string}."""
-        if "torch" in wanted:  # never resolved here: only an exact pin, through --with-torch
-            raise Error("torch reached the resolver unpinned; refusing to download it")
-        missing = {n: r for n, r in wanted.items() if self.pick(n, self.specs[n]) is None}
-        if not missing:
-            return
-        if self.download(sorted(missing.values())).returncode == 0:
-            return
-        for name, req in sorted(missing.items()):  # one of them has no wheel: find which
-            if self.download([req]).returncode != 0:
-                self.build_from_source(name, req)
-
-    # -- the closure
-
-    def resolve(self, roots, left_out, preset=()):
-        """roots: Requirements; left_out: names never followed; preset: wheels already chosen.
-
-        Returns {name: (path, set of names it requires)}. A later requirement that the chosen
-        version of a package does not meet restarts the walk with both constraints."""
-        extra_specs = {}
-        for _ in range(10):
-            try:
-                return self._walk(roots, left_out, preset, extra_specs)
-            except _Conflict as c:
-                extra_specs[c.name] = c.spec
-        raise Error("the requirements do not settle on one version per package")
-
-    def _walk(self, roots, left_out, preset, extra_specs):
-        self.specs = {n: SpecifierSet(str(s)) for n, s in extra_specs.items()}
-        self.extras = {}
-        self.display = {}
-        chosen, pending = {}, {}
-
-        def add(req, extras_of_parent):
-            if req.marker is not None and not any(
-                req.marker.evaluate(dict(self.env, extra=e)) for e in extras_of_parent
-            ):
-                return None
-            name = canonicalize_name(req.name)
-            if name in left_out:
-                return None
-            self.specs[name] = self.specs.get(name, SpecifierSet()) & req.specifier
-            self.display.setdefault(name, req.name)
-            new_extras = set(req.extras) - self.extras.get(name, set())
-            self.extras.setdefault(name, set()).update(req.extras)
-            if name in chosen:
-                version = parse_wheel_filename(chosen[name][0].name)[1]
-                if not self.specs[name].contains(version, prereleases=True):
-                    raise _Conflict(name, self.specs[name])
-                if new_extras:
-                    visit(name, chosen[name][0])
-            else:
-                pending[name] = f"{self.display[name]}{self.specs[name]}"
-            return name
-
-        def visit(name, path):
-            deps = chosen.setdefault(name, (path, set()))[1]
-            extras = {""} | self.extras.get(name, set())
-            for req in wheel_requirements(path):
-                dep = add(req, extras)
-                if dep:
-                    deps.add(dep)
-
-        for path in preset:
-            visit(parse_wheel_filename(path.name)[0], path)
-        root_deps = {d for d in (add(r, {""}) for r in roots) if d}
-        while pending:
-            wanted = {n: r for n, r in pending.items() if n not in chosen}
-            pending.clear()
-            if not wanted:
-                break
-            say(f"resolving {', '.join(sorted(wanted.values()))}")
-            self.fetch(wanted)
-            for name in sorted(wanted):
-                if name in chosen:
-                    continue
-                path = self.pick(name, self.specs[name])
-                if path is None and name in pending:
-                    continue  # narrowed by a package of this round: fetched again next round
-                if path is None:
-                    raise Error(f"no wheel of {wanted[name]} for {self.describe()} in {self.dest}")
-                visit(name, path)
-        chosen[""] = (None, root_deps)
-        return chosen
-
-
-class _Conflict(Exception):
-    def __init__(self, name, spec):
-        super().__init__(name)
-        self.name, self.spec = name, spec
-
-
-def reachable(graph, start, blocked=()):
-    seen, todo = set(), [start]
-    while todo:
-        for dep in graph[todo.pop()][1]:
-            if dep not in seen and dep not in blocked:
-                seen.add(dep)
-                todo.append(dep)
-    return seen
-
-
 # ---------------------------------------------------------------- build
 
 
-def build_plugin_wheel(dest):
-    """pip wheel --no-deps of this repository, from a copy (no build/ or egg-info in the tree)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "src"
-        src.mkdir()
-        for name in ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md"):
-            if (REPO / name).is_file():
-                shutil.copy2(REPO / name, src / name)
-        shutil.copytree(
-            REPO / "fairseq_noising",
-            src / "fairseq_noising",
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-        )
-        out = Path(tmp) / "out"
-        proc = run_pip(["wheel", "--no-deps", "--progress-bar", "off", "-w", str(out), str(src)])
-        built = list(out.glob("*.whl")) if out.is_dir() else []
-        if proc.returncode != 0 or len(built) != 1:
-            raise Error(f"building the fairseq-noising wheel failed: {pip_error(proc)}")
-        shutil.copy2(built[0], Path(dest) / built[0].name)
-        return Path(dest) / built[0].name
+def target_platforms(platform):
+    """A manylinux platform and every older one that a glibc of that age also runs."""
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
+    m = m or re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)", platform)
+    if not m:
+        raise Error(f"--platform takes a manylinux tag ({DEFAULT_PLATFORM}), got {platform!r}")
+    out = []
+    for glibc in range(LEGACY.get(m[1]) or int(m[1]), 4, -1):
+        legacy = [f"{name}_{m[2]}" for name, g in LEGACY.items() if g == glibc]
+        out += [f"manylinux_2_{glibc}_{m[2]}", *legacy]
+    return out
 
 
-def torch_request(spec, resolver):
-    """--with-torch checked: a torch wheel file that suits the target, or an exact pin."""
+def torch_request(spec):
+    """--with-torch checked: (requirement for pip or None, torch version to claim)."""
+    if spec is None:
+        return None, PLACEHOLDER_VERSION
     if spec.endswith(".whl"):
         path = Path(spec)
-        if not path.is_file():
-            raise Error(f"--with-torch {spec}: no such file")
-        try:
-            name = parse_wheel_filename(path.name)[0]
-        except Exception:
-            name = None
-        if name != "torch":
-            raise Error(f"--with-torch {spec}: not a torch wheel")
-        if not wheel_tags(path.name) & resolver.tags:
-            raise Error(f"--with-torch {spec} does not suit {resolver.describe()}")
-        return path
-    try:
-        req = Requirement(spec)
-    except Exception:
-        req = None
-    pins = [s for s in (req.specifier if req else []) if s.operator in ("==", "===")]
-    if req is None or canonicalize_name(req.name) != "torch" or not pins or "*" in spec:
-        raise Error(
-            f"--with-torch needs an exact pin such as torch==2.13.0 or a torch wheel "
-            f"file, got {spec!r} (an unpinned torch is a multi-GB CUDA download)"
-        )
-    return req
+        if not path.is_file() or name_version(path)[0] != "torch":
+            raise Error(f"--with-torch {spec}: no such torch wheel file")
+        return str(path.resolve()), name_version(path)[1]
+    m = re.fullmatch(r"\s*torch\s*===?\s*([\w.+!]+)\s*", spec)
+    if not m:
+        raise Error(f"--with-torch takes an exact pin (torch==X.Y.Z) or a wheel, got {spec!r}")
+    return f"torch=={m[1]}", m[1]
 
 
-def fetch_torch(resolver, request, dest):
-    """The torch wheel of --with-torch: an exact pin (downloaded) or a wheel file (copied)."""
-    if isinstance(request, Path):
-        if not (dest / request.name).exists():
-            shutil.copy2(request, dest / request.name)
-        return dest / request.name
-    req, spec = request, str(request)
-    resolver.specs = {"torch": req.specifier}
-    path = resolver.pick("torch", req.specifier)
-    if path is None:
-        proc = resolver.download([spec])
-        path = resolver.pick("torch", req.specifier)
-        if proc.returncode != 0 or path is None:
-            raise Error(f"no {spec} wheel for {resolver.describe()}: {pip_error(proc)}")
+def placeholder(folder, name, version):
+    """An empty wheel: pip takes it for name==version, which needs nothing."""
+    d, path = f"{name}-{version}.dist-info", folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{d}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        zf.writestr(f"{d}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{d}/RECORD", "")
     return path
 
 
+def build_plugin(dest):
+    """pip wheel --no-deps of this repository, from a copy (no build/ or egg-info in the tree)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(REPO / "fairseq_noising", src / "fairseq_noising", ignore=ignore)
+        for name in ("setup.py", "README.md", "LICENSE"):
+            shutil.copy2(REPO / name, src / name)
+        proc = pip("wheel", "--no-deps", "-w", dest, src)
+    built = list(dest.glob("fairseq_noising-*.whl"))
+    if proc.returncode != 0 or len(built) != 1:
+        raise Error(f"building the fairseq-noising wheel failed: {last_error(proc)}")
+    return built[0]
+
+
+def download(tmp, sub, target, args):
+    """pip download (args: requirements and options) into tmp/sub, returning the wheels there.
+    A requirement with no wheel for the target is built from its source distribution into
+    tmp/built (pip wheel --no-deps; pip finds it there), then pip tries again."""
+    tried, built, dest = set(), tmp / "built", tmp / sub
+    while True:
+        proc = pip("download", "-d", dest, "--find-links", built, *args)
+        if proc.returncode == 0:
+            return sorted(dest.glob("*.whl"))
+        out = proc.stdout + proc.stderr
+        wanted = set(re.findall(r"(?:satisfies the requirement|depends on) ([^\s;]+)", out))
+        wanted -= tried | {r for r in wanted if canonical(re.match(r"[\w.-]*", r)[0]) in LEFT_OUT}
+        if not wanted:  # a conflict, or a wheel built here that does not suit the target
+            why = [l.strip() for l in out.splitlines() if " depends on " in l or "requested" in l]
+            raise Error(f"no wheels for {target}: {'; '.join(why) or last_error(proc)}")
+        for req in sorted(wanted):
+            say(f"{req}: no wheel for {target}, building one from its source distribution")
+            proc = pip("wheel", "--no-deps", "-w", built, req)
+            if proc.returncode != 0:
+                raise Error(f"{req} has no wheel for {target}, nor builds: {last_error(proc)}")
+        tried |= wanted
+
+
 def build(args):
-    version = parse_python_version(args.python_version)
-    dest = Path(args.dir).resolve()
-    resolver = Resolver(dest, version, args.platform)
-    torch_req = torch_request(args.with_torch, resolver) if args.with_torch else None
+    version, m = args.python_version, re.fullmatch(r"3\.(\d+)", args.python_version)
+    if not m or int(m[1]) < 11:
+        raise Error(f"--python-version must be 3.11 or newer (ve-fairseq), got {version!r}")
+    platforms = target_platforms(args.platform)
+    torch_req, claimed = torch_request(args.with_torch)
+    dest, target = Path(args.dir).resolve(), f"CPython {version} on {args.platform}"
+    if dest.exists() and not dest.is_dir():
+        raise Error(f"{dest} exists and is not a folder")
+    flags = ["--only-binary=:all:", "--implementation=cp", f"--python-version={version}"]
+    flags += [f"--platform={p}" for p in platforms]
     dest.mkdir(parents=True, exist_ok=True)
-    before = {p.name for p in dest.glob("*.whl")}
-    say(f"building a wheelhouse for {resolver.describe()} in {dest}")
-
-    plugin = build_plugin_wheel(dest)
-    say(f"built {plugin.name}")
-    preset = [plugin]
-    left_out = set(LEFT_OUT)
-    if args.with_torch:
-        torch = fetch_torch(resolver, torch_req, dest)
-        say(f"torch: {torch.name}")
-        preset.insert(0, torch)  # chosen before anything asks for torch
-        left_out.discard("torch")
-    graph = resolver.resolve([], left_out, preset)
-
-    plugin_name = parse_wheel_filename(plugin.name)[0]
-    graph[""] = (None, {plugin_name} | ({"torch"} if args.with_torch else set()))
-    needed = reachable(graph, "") - {"torch"}
-    by_plugin = reachable(graph, plugin_name, blocked={"torch"}) | {plugin_name}
-    wheels = []
-    for name in sorted(needed | ({"torch"} if args.with_torch else set())):
-        path = graph[name][0]
-        wheel_version = parse_wheel_filename(path.name)[1]
-        role = "torch" if name == "torch" else ("plugin" if name in by_plugin else "torch-only")
-        wheels.append(
-            {
-                "name": name,
-                "version": str(wheel_version),
-                "file": path.name,
-                "sha256": sha256(path),
-                "role": role,
-            }
-        )
+    say(f"building a wheelhouse for {target} in {dest}")
+    if version != "%d.%d" % sys.version_info[:2]:
+        say(f"note: pip evaluates environment markers for this Python, {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(dir=dest, prefix=".building-") as tmp:
+        tmp = Path(tmp)
+        for sub in ("built", "plugin", "torch", "placeholders"):
+            (tmp / sub).mkdir()
+        if torch_req:  # first: a torch that does not suit the target stops it early
+            download(tmp, "torch", target, [*flags, "--no-deps", torch_req])
+        plugin = build_plugin(tmp / "built")
+        say(f"built {plugin.name}; fetching what it needs")
+        stand_ins = [placeholder(tmp / "placeholders", n, claimed) for n in LEFT_OUT]
+        wheels = {}  # name: (path, role)
+        for w in download(tmp, "plugin", target, [*flags, plugin, *stand_ins]):
+            if name_version(w)[0] not in LEFT_OUT:
+                wheels[name_version(w)[0]] = (w, "plugin")
+        if torch_req:  # torch and what it needs, held to the versions chosen above
+            pins = tmp / "constraints.txt"
+            pins.write_text("".join(f"{n}=={name_version(w)[1]}\n" for n, (w, _) in wheels.items()))
+            for w in download(tmp, "torch", target, [*flags, "-c", pins, torch_req]):
+                name = name_version(w)[0]
+                wheels.setdefault(name, (w, "torch" if name == "torch" else "torch-only"))
+        listed = []
+        for name, (w, role) in sorted(wheels.items()):
+            w = w.replace(dest / w.name)
+            listed.append(dict(name=name, version=name_version(w)[1], file=w.name, role=role))
+            listed[-1]["sha256"] = sha256(w)
     manifest = {
         "format": FORMAT,
-        "python_version": f"{version[0]}.{version[1]}",
-        "implementation": "cp",
+        "python_version": version,
         "platform": args.platform,
-        "platforms": resolver.platforms,
-        "left_out": {k: v for k, v in LEFT_OUT.items() if k in left_out},
-        "wheels": wheels,
+        "platforms": platforms,
+        "left_out": {k: v for k, v in LEFT_OUT.items() if not (k == "torch" and torch_req)},
+        "wheels": listed,
     }
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    listed = {w["file"] for w in wheels}
-    for path in dest.glob("*.whl"):  # what this run fetched and then did not need
-        if path.name not in listed and path.name not in before:
-            path.unlink()
-    others = sorted(p.name for p in dest.glob("*.whl") if p.name not in listed)
-    size = sum((dest / f).stat().st_size for f in listed) / 2**20
+    size = sum((dest / w["file"]).stat().st_size for w in listed) / 2**20
     say(
-        f"{len(wheels)} wheels ({size:.0f} MiB) for {resolver.describe()} in {dest}, "
-        f"listed in {MANIFEST}; torch {'included' if args.with_torch else 'not included'}"
+        f"{len(listed)} wheels ({size:.0f} MiB) for {target} in {dest}, listed in {MANIFEST}; "
+        f"torch {'included' if torch_req else 'not included'}"
     )
-    if others:
-        say(f"note: {len(others)} other wheels in {dest} are not needed: {', '.join(others)}")
     say(f"install offline: bash recipes/setup.sh --from-wheelhouse {dest} [--python PY]")
 
 
 # ---------------------------------------------------------------- install
 
-PROBE = r"""
-import json, sys
-try:
-    from importlib.metadata import version
-    torch = version("torch")
-except Exception:
-    torch = None
-try:
-    try:
-        from packaging.tags import sys_tags
-    except ImportError:
-        from pip._vendor.packaging.tags import sys_tags
-    tags = [str(t) for t in sys_tags()]
-except Exception:
-    tags = None
-try:
-    import pip
-    has_pip = True
-except ImportError:
-    has_pip = False
-print(json.dumps({"version": "%d.%d" % sys.version_info[:2], "torch": torch, "tags": tags,
-                  "pip": has_pip, "executable": sys.executable}))
-"""
+PROBE = """import importlib.util, json, sys
+from importlib.metadata import version
+torch = importlib.util.find_spec("torch") and version("torch")
+pip = importlib.util.find_spec("pip") is not None
+print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "torch": torch, "pip": pip}))"""
+READY = """import os, torch, fairseq, fairseq_noising
+print(f"fairseq-noising ready: torch {torch.__version__}, fairseq {fairseq.__version__}, "
+      f"--user-dir {os.path.dirname(fairseq_noising.__file__)}")"""
 
 
-def probe(python):
-    proc = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True)
+def run_python(python, code):
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise Error(f"{python} does not run: {proc.stderr.strip().splitlines()[-1:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise Error(f"{python}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return proc.stdout.strip()
 
 
 def read_manifest(folder):
     if not folder.is_dir():
         raise Error(f"wheelhouse folder {folder} does not exist")
-    path = folder / MANIFEST
-    if not path.is_file():
-        raise Error(
-            f"{folder} has no {MANIFEST}: not a wheelhouse "
-            "(make one with bash recipes/setup.sh --build-wheelhouse DIR)"
-        )
+    if not (folder / MANIFEST).is_file():
+        raise Error(f"{folder} has no {MANIFEST}: not a wheelhouse (see --build-wheelhouse)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        assert manifest["format"] == FORMAT and manifest["wheels"]
-        manifest["python_version"], manifest["platform"]
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        assert manifest["format"] == FORMAT and manifest["wheels"] and manifest["python_version"]
     except Exception:
-        raise Error(f"{path} is not a wheelhouse manifest of format {FORMAT}")
+        raise Error(f"{folder / MANIFEST} is not a wheelhouse manifest of format {FORMAT}")
     return manifest
 
 
 def install(args):
     folder = Path(args.dir).resolve()
-    manifest = read_manifest(folder)
-    want = manifest["python_version"]
-
-    # the target interpreter: --python, an existing --venv, or a new --venv from this Python
-    create = None
-    if args.python:
-        python = Path(args.python)
-        if not (python.is_file() and os.access(python, os.X_OK)):
+    manifest, venv = read_manifest(folder), Path(args.venv).resolve()
+    create = None  # the target: --python (a path or a command), or --venv, made if missing
+    if args.python:  # links not resolved: a virtual environment's python is one
+        python = shutil.which(args.python)
+        if not python:
             raise Error(f"--python {args.python}: no such executable")
-    else:
-        venv = Path(args.venv).resolve()
+    elif (venv / "bin" / "python").exists():
         python = venv / "bin" / "python"
-        if not python.exists():
-            create, python = venv, Path(sys.executable)
-    info = probe(python)
-    if info["version"] != want:
-        raise Error(
-            f"wheelhouse {folder} was built for Python {want}, but {python} is "
-            f"Python {info['version']}"
-        )
+    elif venv.exists() and any(venv.iterdir()):
+        raise Error(f"--venv {venv} is a folder but not a virtual environment (no bin/python)")
+    else:
+        python, create = sys.executable, venv
+    try:
+        info = json.loads(run_python(python, PROBE))
+    except (Error, ValueError):
+        raise Error(f"{python} does not run as a Python interpreter (3.8 or newer)")
+    have, want = info["python"], manifest["python_version"]
+    if have != want:
+        raise Error(f"{folder} was built for Python {want}, but {python} is Python {have}")
     torch_here = None if create else info["torch"]
-
-    wheels = manifest["wheels"]
+    wheels = [w for w in manifest["wheels"] if w["role"] == "plugin" or not torch_here]
+    if not torch_here and not any(w["role"] == "torch" for w in wheels):
+        raise Error(
+            f"{'the new environment ' + str(create) if create else python} has no torch and "
+            f"wheelhouse {folder} has none: install your torch build there first, or build the "
+            "wheelhouse with --with-torch torch==VERSION"
+        )
     for w in wheels:
         if not (folder / w["file"]).is_file():
-            raise Error(
-                f"wheelhouse {folder} lacks the wheel of {w['name']} {w['version']} "
-                f"({w['file']}), which is needed"
-            )
-    torch_wheels = [w for w in wheels if w["role"] == "torch"]
-    if torch_here:
-        todo = [w for w in wheels if w["role"] == "plugin"]
-    elif torch_wheels:
-        todo = list(wheels)
-    else:
-        where = f"the new environment {create}" if create else str(python)
-        raise Error(
-            f"{where} has no torch and wheelhouse {folder} has none: install your torch "
-            "build there first, or build the wheelhouse with --with-torch torch==VERSION"
-        )
-    if not create and not info["pip"]:
-        raise Error(f"{python} has no pip (python -m ensurepip installs it offline)")
-    tags = set(info["tags"] or [])
-    for w in todo:
-        if tags and not wheel_tags(w["file"]) & tags:
-            raise Error(
-                f"wheel {w['file']} of {w['name']} does not suit {python} (wheelhouse "
-                f"built for {manifest['platform']})"
-            )
+            raise Error(f"{folder} lacks the wheel of {w['name']} {w['version']}: {w['file']}")
         if sha256(folder / w["file"]) != w["sha256"]:
-            raise Error(
-                f"wheel {w['file']} of {w['name']} in {folder} is damaged "
-                "(its sha256 differs from the manifest's)"
-            )
+            raise Error(f"{folder / w['file']} is damaged: its sha256 is not the manifest's")
+    if not info["pip"]:
+        raise Error(f"{python} has no pip (python -m ensurepip installs it offline)")
+    offline = ["--no-index", "--find-links", folder, "--no-deps"]
+    offline += [f"{w['name']}=={w['version']}" for w in wheels]
+    proc = pip("install", "--dry-run", "--ignore-installed", *offline, python=python)
+    if proc.returncode != 0:
+        raise Error(f"the wheels of {folder} do not install into {python}: {last_error(proc)}")
 
     if create:
         say(f"creating {create} with {python}")
@@ -599,91 +301,34 @@ def install(args):
         python = create / "bin" / "python"
     if torch_here:
         say(f"keeping torch {torch_here} of {python}")
-    say(f"installing {len(todo)} wheels from {folder} into {python}, no index")
-    pins = [f"{w['name']}=={w['version']}" for w in todo]
-    cmd = [
-        str(python),
-        "-m",
-        "pip",
-        "--disable-pip-version-check",
-        "install",
-        "--no-index",
-        "--find-links",
-        str(folder),
-        "--no-deps",
-        *pins,
-    ]
-    if subprocess.run(cmd).returncode != 0:
+    say(f"installing {len(wheels)} wheels from {folder} into {python}, no index")
+    if pip("install", *offline, python=python, capture=False).returncode != 0:
         raise Error(f"pip install from {folder} failed (its output is above)")
-
-    # every requirement met, except those the wheelhouse leaves out on purpose
-    proc = subprocess.run(
-        [str(python), "-m", "pip", "--disable-pip-version-check", "check"],
-        capture_output=True,
-        text=True,
-    )
-    left_out = set(manifest.get("left_out", {})) - {"torch"}
-    problems = [
-        l
-        for l in proc.stdout.splitlines()
-        if l.strip() and not any(re.search(rf"requires {n}\b", l) for n in left_out)
-    ]
-    for line in problems:
-        say(f"warning: {line}")
-    check = subprocess.run(
-        [
-            str(python),
-            "-c",
-            "import os, torch, fairseq, fairseq_noising; "
-            "print(f'fairseq-noising ready: torch {torch.__version__}, fairseq {fairseq.__version__},"
-            " --user-dir {os.path.dirname(fairseq_noising.__file__)}')",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    if check.returncode != 0:
-        raise Error(
-            f"the installed plugin does not import: "
-            f"{(check.stderr.strip().splitlines() or ['?'])[-1]}"
-        )
-    print(check.stdout.strip())
+    left_out = set(manifest["left_out"]) - {"torch"}  # pip check, less what is left out on purpose
+    for line in pip("check", python=python).stdout.splitlines():
+        if line.strip() and not any(re.search(rf"requires {n}\b", line) for n in left_out):
+            say(f"warning: {line}")
+    print(run_python(python, READY))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="wheelhouse", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="download and build the wheels into DIR (needs an index)")
     b.add_argument("dir")
-    b.add_argument(
-        "--python-version",
-        default="%d.%d" % sys.version_info[:2],
-        help="target Python, e.g. 3.12 (default: this interpreter's)",
-    )
-    b.add_argument(
-        "--platform",
-        default=DEFAULT_PLATFORM,
-        help=f"target manylinux platform (default {DEFAULT_PLATFORM}: glibc >= 2.28, "
-        "x86_64; older manylinux wheels are accepted too)",
-    )
-    b.add_argument(
-        "--with-torch",
-        metavar="SPEC",
-        help="also add torch: an exact pin (torch==2.13.0) or a torch wheel file",
-    )
+    here = "%d.%d" % sys.version_info[:2]
+    b.add_argument("--python-version", default=here, help="target Python (default: %(default)s)")
+    b.add_argument("--platform", default=DEFAULT_PLATFORM, help="manylinux tag (%(default)s)")
+    b.add_argument("--with-torch", metavar="SPEC", help="add torch: torch==VERSION or a wheel file")
     i = sub.add_parser("install", help="install from DIR with no index")
     i.add_argument("dir")
-    i.add_argument("--python", help="the interpreter of the target environment (wins over --venv)")
-    i.add_argument(
-        "--venv",
-        default=str(REPO / ".venv"),
-        help="a virtual environment, created with this Python if missing "
-        "(default: the repository's .venv)",
-    )
+    i.add_argument("--python", help="the target environment's interpreter (path or command)")
+    i.add_argument("--venv", default=str(REPO / ".venv"), help="else this venv, made if missing")
     args = parser.parse_args(argv)
     try:
         (build if args.command == "build" else install)(args)
     except Error as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"wheelhouse: error: {e}", file=sys.stderr)
         return 2
     return 0
 

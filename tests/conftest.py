@@ -1,7 +1,9 @@
-"""Shared fixtures: where the real data lives, and binarized copies of it in temporary folders.
+"""Shared fixtures: where the real data lives, binarized slices of it in temporary folders
+(``PTB_SLICES``), and the command lines the tests run fairseq with (``COMMON``, ``lm_train_argv``).
 
-Real data comes from ``$FAIRSEQ_NOISING_SHARED`` or ``<repo>/../shared/data``. Tests that need it
-fail (they do not skip) when it is missing, saying where they looked.
+Real data comes from ``$FAIRSEQ_NOISING_SHARED`` or ``<repo>/../shared/data``, else it is
+downloaded once into a cache folder (``tests/data_cache.py``). When it can be had from nowhere, the
+first test that needs it stops the run with one line saying what is needed and where to put it.
 """
 
 import os
@@ -9,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import data_cache
 import pytest
+from data_cache import shared_data_dir  # noqa: F401 (the tests' name for it)
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
@@ -19,7 +23,12 @@ PLUGIN_DIR = REPO / "fairseq_noising"
 CLI_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-# the tiny stock models the CLI tests train: fairseq's lstm_lm and lstm with 16 units
+# the flags of every console-script command the tests run (fairseq-train, fairseq-eval-lm, ...):
+# the plugin, the CPU, no data-loading workers, one plain line per log record
+COMMON = ["--user-dir", PLUGIN_DIR, "--cpu", "--num-workers", 0, "--log-format", "simple"]
+
+# the tiny models the CLI tests train: fairseq's lstm_lm and lstm with 16 units, and the plugin's
+# Zaremba language model (noising_lstm_lm_small) with 16 units
 TINY_LM = (
     "--arch lstm_lm --decoder-embed-dim 16 --decoder-hidden-size 16 --decoder-out-embed-dim 16"
 ).split()
@@ -27,21 +36,39 @@ TINY_MT = (
     "--arch lstm --encoder-embed-dim 16 --encoder-hidden-size 16 --decoder-embed-dim 16 "
     "--decoder-hidden-size 16 --decoder-out-embed-dim 16"
 ).split()
+TINY_NOISING_LM = ["--arch", "noising_lstm_lm_small", "--hidden-size", 16]
+TOKENS_PER_SAMPLE = 35  # the language models' blocks (the paper's BPTT length)
 
 
-def shared_data_dir() -> Path:
-    return Path(os.environ.get("FAIRSEQ_NOISING_SHARED", REPO.parent / "shared" / "data"))
+_config = None  # the running session's, so that a download can be announced past the capture
 
 
-def require_shared(*parts) -> Path:
-    path = shared_data_dir().joinpath(*parts)
-    if not path.exists():
-        pytest.fail(
-            f"real test data {path} is missing: set FAIRSEQ_NOISING_SHARED to the shared data "
-            f"folder (looked in {shared_data_dir()})",
-            pytrace=False,
+def pytest_sessionstart(session):
+    global _config
+    _config = session.config
+
+
+def _announce(line: str) -> None:
+    capture = _config.pluginmanager.get_plugin("capturemanager") if _config else None
+    terminal = _config.pluginmanager.get_plugin("terminalreporter") if _config else None
+    if capture is None or terminal is None:
+        print(line, file=sys.stderr, flush=True)
+        return
+    with capture.global_and_fixture_disabled():
+        terminal.write_line(line)
+
+
+def require_shared(name, *parts) -> Path:
+    """The real data file or folder ``name/parts`` (name: ``ptb`` or ``multi30k``), from the
+    shared data folder, else from the download cache (downloading it there first)."""
+    try:
+        folder = data_cache.locate(name, _announce)
+    except data_cache.DataUnavailable as e:
+        pytest.exit(
+            f"{e} (pytest -m 'not slow' runs the tests that need none)",
+            returncode=pytest.ExitCode.TESTS_FAILED,
         )
-    return path
+    return folder.joinpath(*parts)
 
 
 def cli(name: str) -> str:
@@ -147,30 +174,40 @@ def binarize_translation(dest: Path, train_lines=None, valid_lines=None) -> Path
     )
 
 
-# line counts of the tiny PTB: a few seconds of training; valid and test of unequal length
-PTB_TINY_LINES = {"train": 300, "valid": 20, "test": 7}
+# The PTB slices of the tests, each binarized once per session (ptb_tiny_bin, ptb_small_bin,
+# ptb_bin): the first lines of train, valid and test, None for all of them. Tests that count
+# tokens or lines of a slice read its numbers here.
+PTB_SLICES = {
+    "tiny": {"train": 300, "valid": 20, "test": 7},  # seconds of training; valid, test unequal
+    "small": {"train": 2000, "valid": 200, "test": 200},
+    "whole": {"train": None, "valid": None, "test": None},
+}
+
+
+def binarize_ptb_slice(tmp_path_factory, name) -> Path:
+    lines = PTB_SLICES[name]
+    return binarize_lm(
+        tmp_path_factory.mktemp(f"ptb_{name}"), lines["train"], lines["valid"], lines["test"]
+    )
 
 
 @pytest.fixture(scope="session")
 def ptb_tiny_bin(tmp_path_factory) -> Path:
     """The first 300 training lines of PTB, 20 of valid and 7 of test, binarized (the text
-    splits are in the folder's sibling ``raw``)."""
-    lines = PTB_TINY_LINES
-    return binarize_lm(
-        tmp_path_factory.mktemp("ptb_tiny"), lines["train"], lines["valid"], lines["test"]
-    )
-
-
-@pytest.fixture(scope="session")
-def ptb_bin(tmp_path_factory) -> Path:
-    """The whole of PTB, binarized with fairseq-preprocess."""
-    return binarize_lm(tmp_path_factory.mktemp("ptb"))
+    splits are in the folder's sibling ``raw``, as for every slice)."""
+    return binarize_ptb_slice(tmp_path_factory, "tiny")
 
 
 @pytest.fixture(scope="session")
 def ptb_small_bin(tmp_path_factory) -> Path:
     """The first 2000 training lines of PTB (and 200 of valid and test), binarized."""
-    return binarize_lm(tmp_path_factory.mktemp("ptb_small"), 2000, 200)
+    return binarize_ptb_slice(tmp_path_factory, "small")
+
+
+@pytest.fixture(scope="session")
+def ptb_bin(tmp_path_factory) -> Path:
+    """The whole of PTB, binarized."""
+    return binarize_ptb_slice(tmp_path_factory, "whole")
 
 
 @pytest.fixture(scope="session")
@@ -184,29 +221,40 @@ def build_task(argv):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    # fairseq-train imports --user-dir, which registers the plugin; in this process the package
+    # may have been imported before fairseq was (then fairseq skips it and nothing registers)
+    import fairseq_noising.fairseq_plugin  # noqa: F401
+
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, input_args=[str(a) for a in argv])
     cfg = convert_namespace_to_omegaconf(args)
     return tasks.setup_task(cfg.task), cfg
 
 
-def lm_task_argv(data, scheme, gamma, *extra):
-    return [
-        data,
-        "--user-dir",
-        PLUGIN_DIR,
-        "--task",
-        "noised_language_modeling",
-        "--arch",
-        "lstm_lm",
-        "--noise-scheme",
-        scheme,
-        "--noise-gamma",
-        gamma,
-        "--tokens-per-sample",
-        35,
-        *extra,
-    ]
+def lm_train_argv(
+    data,
+    *extra,
+    task="noised_language_modeling",
+    model=("--arch", "lstm_lm"),
+    scheme=None,
+    gamma=None,
+    lr=None,
+):
+    """``fairseq-train``'s command line (less the program) for a language model on ``data``, the
+    one :func:`build_task` sets up in-process too: COMMON, ``--task task``, the ``model`` flags
+    (fairseq's lstm_lm at its own sizes unless given: TINY_LM, TINY_NOISING_LM, ...),
+    ``--noise-scheme scheme`` and ``--noise-gamma gamma`` when given, blocks of TOKENS_PER_SAMPLE
+    tokens, with ``lr`` the paper's optimizer (plain SGD at that rate, gradient norm clipped at
+    5), then ``extra``. A flag repeated in ``extra`` wins: fairseq's parser keeps the last."""
+    argv = [data, *COMMON, "--task", task, *model]
+    if scheme is not None:
+        argv += ["--noise-scheme", scheme]
+    if gamma is not None:
+        argv += ["--noise-gamma", gamma]
+    argv += ["--tokens-per-sample", TOKENS_PER_SAMPLE]
+    if lr is not None:
+        argv += ["--optimizer", "sgd", "--lr", lr, "--clip-norm", 5]
+    return [*argv, *extra]
 
 
 @pytest.fixture(scope="session")
@@ -226,3 +274,45 @@ def pytest_configure(config):
         "markers",
         "slow: real data, subprocesses or training runs (the fast tier is pytest -m 'not slow')",
     )
+
+
+# ---------------------------------------------------------------- the recipes' tests (recipe_kit)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """fairseq replaced by a script of outputs for recipes/steps.py and recipes/rows.py."""
+    import recipe_kit
+
+    fake = recipe_kit.FakeFairseq()
+    monkeypatch.setattr(recipe_kit.rows, "_spawn", fake.popen)
+    monkeypatch.setattr(recipe_kit.steps.subprocess, "call", fake.call)
+    return fake
+
+
+@pytest.fixture
+def no_drawing(monkeypatch):
+    """plots.curves replaced by a recorder (drawing is the slow tier's)."""
+    import types
+
+    import fairseq_noising.analysis as analysis
+
+    drawn = {}
+
+    def curves(runs, path):
+        drawn.update(runs=runs, path=path)
+        Path(path).write_bytes(b"png")
+        return path
+
+    module = types.SimpleNamespace(curves=curves)
+    monkeypatch.setitem(sys.modules, "fairseq_noising.analysis.plots", module)
+    monkeypatch.setattr(analysis, "plots", module, raising=False)
+    return drawn
+
+
+@pytest.fixture
+def data_env(tmp_path):
+    """Small data of every recipe in tmp_path, and the environment variables naming them."""
+    import recipe_kit
+
+    return recipe_kit.make_data_env(tmp_path)

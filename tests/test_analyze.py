@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CLI_ENV, PLUGIN_DIR, cli, run_cli
+from conftest import CLI_ENV, TINY_NOISING_LM, TOKENS_PER_SAMPLE, cli, lm_train_argv, run_cli
 
 from fairseq_noising.analysis import divergence, logs, ngrams, pseudocounts
 from fairseq_noising.cli import analyze
 from fairseq_noising.errors import NoisingError
 
-BLOCK = 35  # --tokens-per-sample of the tiny model
+BLOCK = TOKENS_PER_SAMPLE  # the tiny model's --tokens-per-sample
 
 
 # --------------------------------------------------------------------------------------------
@@ -44,47 +44,11 @@ def one_thread():
 def tiny(ptb_small_bin, tmp_path_factory):
     root = tmp_path_factory.mktemp("analyze")
     save = root / "unigram"
-    proc = run_cli(
-        [
-            "fairseq-train",
-            ptb_small_bin,
-            "--user-dir",
-            PLUGIN_DIR,
-            "--task",
-            "noised_language_modeling",
-            "--arch",
-            "noising_lstm_lm_small",
-            "--hidden-size",
-            "16",
-            "--max-update",
-            "5",
-            "--tokens-per-sample",
-            BLOCK,
-            "--batch-size",
-            "20",
-            "--required-batch-size-multiple",
-            "1",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "0.01",
-            "--noise-scheme",
-            "unigram",
-            "--noise-gamma",
-            "0.2",
-            "--seed",
-            "1",
-            "--cpu",
-            "--num-workers",
-            "0",
-            "--log-format",
-            "simple",
-            "--no-epoch-checkpoints",
-            "--save-dir",
-            save,
-        ],
-        env=CLI_ENV,
-    )
+    train = ["--max-update", 5, "--batch-size", 20, "--required-batch-size-multiple", 1]
+    train += ["--optimizer", "adam", "--lr", 0.01, "--seed", 1]
+    train += ["--save-dir", save, "--no-epoch-checkpoints"]
+    options = dict(model=TINY_NOISING_LM, scheme="unigram", gamma=0.2)
+    proc = run_cli(["fairseq-train", *lm_train_argv(ptb_small_bin, *train, **options)], env=CLI_ENV)
     (save / "train.log").write_text(proc.stdout + proc.stderr)
     return {
         "data": ptb_small_bin,

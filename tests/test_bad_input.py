@@ -3,8 +3,9 @@
 Each bad-input case is set up in process as ``fairseq-train`` sets it up (parse the command line,
 set up the task, load the validation and training splits) and must stop with a
 :class:`~fairseq_noising.errors.NoisingError` (fairseq's parser: ``SystemExit``) whose one line
-names the flag or file and what was expected. One real ``fairseq-train`` run proves the wiring:
-exit status 1, that line last on stderr, no traceback, nothing in the checkpoint directory.
+names the flag or file and what was expected. One real ``fairseq-train`` run proves the wiring
+(the hook the plugin installs when fairseq loads it, tests/test_errors.py): exit status 1, that
+line last on stderr, no traceback, nothing in the checkpoint directory.
 
 The cache cases call :func:`fairseq_noising.stats_cache.load_or_build_stats` in-process with the
 dictionary and dataset that the task itself loads.
@@ -19,7 +20,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import CLI_ENV, PLUGIN_DIR, TINY_LM, TINY_MT, build_task, run_cli
+from conftest import CLI_ENV, COMMON, TINY_LM, TINY_MT, build_task, lm_train_argv, run_cli
 from fairseq.data import Dictionary, data_utils, indexed_dataset
 
 from fairseq_noising.errors import NoisingError
@@ -29,37 +30,10 @@ from fairseq_noising.tasks.noising_config import add_blank
 
 pytestmark = pytest.mark.slow  # binarized real data
 
-COMMON = [
-    "--user-dir",
-    PLUGIN_DIR,
-    "--cpu",
-    "--num-workers",
-    "0",
-    "--log-format",
-    "simple",
-    "--max-update",
-    "2",
-    "--batch-size",
-    "20",
-    "--required-batch-size-multiple",
-    "1",
-    "--optimizer",
-    "adam",
-    "--lr",
-    "0.001",
-]
-LM = [
-    "--task",
-    "noised_language_modeling",
-    "--tokens-per-sample",
-    "35",
-    *TINY_LM,
-]
-MT = [
-    "--task",
-    "noised_translation",
-    *TINY_MT,
-]
+# what every command line of this file adds to conftest's COMMON: 2 updates of 20 rows with Adam
+TRAIN = ["--max-update", 2, "--batch-size", 20, "--required-batch-size-multiple", 1]
+TRAIN += ["--optimizer", "adam", "--lr", 0.001]
+MT = ["--task", "noised_translation", *TINY_MT]
 KN = ["--noise-scheme", "kn", "--noise-gamma", "0.2"]
 
 
@@ -80,7 +54,7 @@ def mt_files(*splits):
     ]
 
 
-# --- the data folder of each case: (tmp_path, request) -> (data path, extra arguments) -------------
+# --- the data folder of each case: (tmp_path, request) -> (data path, command line) ---------------
 
 
 def ptb(request):
@@ -91,31 +65,40 @@ def m30k(request):
     return request.getfixturevalue("multi30k_small_bin")
 
 
+def lm(data, *flags):
+    """(data, fairseq-train's command line for the tiny LM on it with ``flags``)."""
+    return data, lm_train_argv(data, *flags, *TRAIN, model=TINY_LM)
+
+
+def mt(data, *flags):
+    return data, [data, *COMMON, *MT, *flags, *TRAIN]
+
+
 def lm_args(tmp, request, *flags):
-    return ptb(request), LM + list(flags)
+    return lm(ptb(request), *flags)
 
 
 def mt_args(tmp, request, *flags):
-    return m30k(request), MT + list(flags)
+    return mt(m30k(request), *flags)
 
 
 def lm_missing_dir(tmp, request):
-    return tmp / "no-such-data", LM + KN
+    return lm(tmp / "no-such-data", *KN)
 
 
 def lm_without_train(tmp, request):
     """dict.txt and the valid split, no train.bin/.idx."""
-    return copy_files(ptb(request), tmp / "data", ["dict.txt"] + lm_files("valid")), LM + KN
+    return lm(copy_files(ptb(request), tmp / "data", ["dict.txt"] + lm_files("valid")), *KN)
 
 
 def lm_dict_only(tmp, request):
     """A data folder with dict.txt and no binarized split at all."""
-    return copy_files(ptb(request), tmp / "data", ["dict.txt"]), LM + KN
+    return lm(copy_files(ptb(request), tmp / "data", ["dict.txt"]), *KN)
 
 
 def mt_without_target_dict(tmp, request):
     names = ["dict.en.txt"] + mt_files("train", "valid")
-    return copy_files(m30k(request), tmp / "data", names), MT + KN
+    return mt(copy_files(m30k(request), tmp / "data", names), *KN)
 
 
 def lm_empty_train(tmp, request):
@@ -126,7 +109,7 @@ def lm_empty_train(tmp, request):
     data = copy_files(src, tmp / "data", ["dict.txt"] + lm_files("valid"))
     builder = indexed_dataset.make_builder(str(data / "train.bin"), impl="mmap", vocab_size=5000)
     builder.finalize(str(data / "train.idx"))
-    return data, LM + KN
+    return lm(data, *KN)
 
 
 def truncated_dict(src, dst, name, keep):
@@ -139,7 +122,7 @@ def lm_mismatched_dict(scheme):
         src = ptb(request)
         data = copy_files(src, tmp / "data", lm_files("train", "valid"))
         truncated_dict(src, data, "dict.txt", 100)  # ids in the data go up to ~5000
-        return data, LM + ["--noise-scheme", scheme, "--noise-gamma", "0.2"]
+        return lm(data, "--noise-scheme", scheme, "--noise-gamma", "0.2")
 
     return make
 
@@ -203,8 +186,7 @@ PARSER_CASES = {"lm-unknown-scheme", "lm-noise-side"}
 
 @pytest.mark.parametrize("make, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_stops_with_one_clear_line(make, expected, tmp_path, request, capsys):
-    data, args = make(tmp_path, request)
-    argv = [data] + args + COMMON
+    data, argv = make(tmp_path, request)
     if request.node.callspec.id in PARSER_CASES:
         with pytest.raises(SystemExit) as info:
             build_task(argv)
@@ -224,23 +206,10 @@ def test_bad_input_stops_with_one_clear_line(make, expected, tmp_path, request, 
 def test_fairseq_train_prints_the_line_and_trains_nothing(ptb_small_bin, tmp_path):
     """The wiring: the console script exits 1 with the error as its last line, no traceback."""
     save_dir = tmp_path / "ckpt"
-    proc = run_cli(
-        [
-            "fairseq-train",
-            ptb_small_bin,
-            "--save-dir",
-            save_dir,
-            *LM,
-            "--noise-scheme",
-            "kn",
-            "--noise-gamma",
-            "1.5",
-            *COMMON,
-        ],
-        env=CLI_ENV,
-        timeout=600,
-        check=False,
+    _, argv = lm(
+        ptb_small_bin, "--save-dir", save_dir, "--noise-scheme", "kn", "--noise-gamma", "1.5"
     )
+    proc = run_cli(["fairseq-train", *argv], env=CLI_ENV, timeout=600, check=False)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     report = f"exit {proc.returncode}\n--- stderr ---\n{proc.stderr[-3000:]}"
     assert proc.returncode == 1, report

@@ -1,10 +1,9 @@
 """fairseq checkpoints load under torch's safe loader (``weights_only=True``) once the plugin is in.
 
-Real CLI runs on small slices of the real data (PTB, Multi30k; see ``conftest.py``, which fails
-rather than skips when the data is missing): stock ``lstm_lm``/``lstm`` models trained with
-``fairseq-train --user-dir fairseq_noising``, then loaded with plain ``torch.load``,
-``fairseq-eval-lm``, ``fairseq-train`` (resume from ``checkpoint_last.pt``) and
-``fairseq-generate``.
+Real CLI runs on small slices of the real data (PTB, Multi30k; see ``conftest.py``): stock
+``lstm_lm``/``lstm`` models trained with ``fairseq-train --user-dir fairseq_noising``, then loaded
+with plain ``torch.load``, ``fairseq-eval-lm``, ``fairseq-train`` (resume from
+``checkpoint_last.pt``) and ``fairseq-generate``.
 """
 
 import io
@@ -12,38 +11,14 @@ import math
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import CLI_ENV, TINY_LM, TINY_MT, run_cli
+from conftest import CLI_ENV, COMMON, TINY_LM, TINY_MT, lm_train_argv, run_cli
 
 import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the allow-list in this process)
 from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
-
-REPO = Path(__file__).resolve().parents[1]
-USER_DIR = REPO / "fairseq_noising"
-
-LM_ARCH = [
-    "--task",
-    "language_modeling",
-    *TINY_LM,
-    "--tokens-per-sample",
-    32,
-]
-COMMON = [
-    "--user-dir",
-    USER_DIR,
-    "--cpu",
-    "--num-workers",
-    0,
-    "--log-format",
-    "simple",
-    "--seed",
-    1,
-]
-
 
 # tiny models: one intra-op thread is faster than two fighting over a 2-core machine
 
@@ -65,29 +40,12 @@ def _globals_stock_torch_refuses(path):
 
 
 def _train_lm(data, save_dir, max_update, cwd):
-    return _run(
-        [
-            "fairseq-train",
-            data,
-            *LM_ARCH,
-            *COMMON,
-            "--optimizer",
-            "adam",
-            "--lr",
-            0.005,
-            "--batch-size",
-            8,
-            "--max-update",
-            max_update,
-            "--save-interval-updates",
-            2,
-            "--log-interval",
-            1,
-            "--save-dir",
-            save_dir,
-        ],
-        cwd,
+    train = ["--optimizer", "adam", "--lr", 0.005, "--batch-size", 8, "--seed", 1]
+    train += ["--max-update", max_update, "--save-interval-updates", 2, "--log-interval", 1]
+    argv = lm_train_argv(
+        data, *train, "--save-dir", save_dir, task="language_modeling", model=TINY_LM
     )
+    return _run(["fairseq-train", *argv], cwd)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +128,7 @@ def test_eval_lm_loads_checkpoint(lm_run):
             "--task",
             "language_modeling",
             "--tokens-per-sample",
-            32,
+            35,
             "--batch-size",
             8,
             "--gen-subset",
@@ -213,6 +171,8 @@ def test_translation_checkpoint_with_bleu_meters_generates(multi30k_small_bin, t
             "translation",
             *TINY_MT,
             *COMMON,
+            "--seed",
+            1,
             "--optimizer",
             "sgd",
             "--lr",

@@ -14,7 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import CLI_ENV, PLUGIN_DIR, TINY_LM, TINY_MT, run_cli
+from conftest import CLI_ENV, COMMON, TINY_LM, TINY_MT, lm_train_argv, run_cli
 
 from fairseq_noising.schemes import SCHEMES  # every registered scheme
 from fairseq_noising.stats_cache import cache_path
@@ -22,33 +22,11 @@ from fairseq_noising.stats_cache import cache_path
 pytestmark = pytest.mark.slow  # fairseq-train, fairseq-eval-lm and fairseq-generate on real data
 
 
-# one thread per process: the machine has two shared cores
-
-
-COMMON = [
-    "--user-dir",
-    PLUGIN_DIR,
-    "--cpu",
-    "--num-workers",
-    "0",
-    "--log-format",
-    "simple",
-    "--batch-size",
-    "20",
-    "--required-batch-size-multiple",
-    "1",
-]
-TRAIN = COMMON + [
-    "--max-update",
-    "4",
-    "--optimizer",
-    "adam",
-    "--lr",
-    "0.001",
-    "--seed",
-    "1",
-    "--no-epoch-checkpoints",
-]
+# what the commands of this file add to conftest's COMMON: batches of 20 rows; to train, 4 Adam
+# updates from seed 1
+BATCHES = ["--batch-size", 20, "--required-batch-size-multiple", 1]
+TRAIN = [*BATCHES, "--max-update", 4, "--optimizer", "adam", "--lr", 0.001, "--seed", 1]
+TRAIN += ["--no-epoch-checkpoints"]
 
 # the statistics caches of the training splits (train.noise_stats.npz, ...)
 LM_CACHES = [os.path.basename(cache_path("train"))]
@@ -89,26 +67,10 @@ def check_trained(proc, scheme, save_dir, data, caches):
 def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_path):
     data = private_copy(ptb_small_bin, tmp_path / "data")
     save_dir = tmp_path / "ckpt"
-    train = run_cli(
-        [
-            "fairseq-train",
-            data,
-            "--task",
-            "noised_language_modeling",
-            "--noise-scheme",
-            scheme,
-            "--noise-gamma",
-            "0.2",
-            "--tokens-per-sample",
-            "35",
-            "--save-dir",
-            save_dir,
-        ]
-        + TRAIN
-        + TINY_LM,
-        env=CLI_ENV,
-        timeout=600,
+    argv = lm_train_argv(
+        data, "--save-dir", save_dir, *TRAIN, model=TINY_LM, scheme=scheme, gamma=0.2
     )
+    train = run_cli(["fairseq-train", *argv], env=CLI_ENV, timeout=600)
     check_trained(train, scheme, save_dir, data, LM_CACHES)
 
     evaluation = run_cli(
@@ -123,8 +85,9 @@ def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_
             "valid",
             "--tokens-per-sample",
             "35",
-        ]
-        + COMMON,
+            *COMMON,
+            *BATCHES,
+        ],
         env=CLI_ENV,
         timeout=600,
     )
@@ -154,9 +117,10 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
             "0.2",
             "--save-dir",
             save_dir,
-        ]
-        + TRAIN
-        + TINY_MT,
+            *COMMON,
+            *TRAIN,
+            *TINY_MT,
+        ],
         env=CLI_ENV,
         timeout=600,
     )
@@ -178,8 +142,9 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
             "20",
             "--gen-subset",
             "valid",
-        ]
-        + COMMON,
+            *COMMON,
+            *BATCHES,
+        ],
         env=CLI_ENV,
         timeout=600,
     )

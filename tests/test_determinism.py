@@ -10,7 +10,7 @@ training one epoch then resuming from checkpoint_last.pt gives the uninterrupted
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGIN_DIR, TINY_LM, build_task, lm_task_argv, run_cli
+from conftest import PLUGIN_DIR, TINY_LM, build_task, lm_train_argv, run_cli
 
 pytestmark = pytest.mark.slow  # tasks over real data and fairseq-train runs
 
@@ -24,20 +24,20 @@ def noised_rows(task, ids, epoch):
 
 @pytest.fixture(scope="module")
 def kn_task(ptb_small_bin):
-    task, _ = build_task(lm_task_argv(ptb_small_bin, "kn", 0.5, "--seed", 3))
+    task, _ = build_task(lm_train_argv(ptb_small_bin, "--seed", 3, scheme="kn", gamma=0.5))
     task.load_dataset("train")
     return task
 
 
 def test_same_seed_same_noise_other_epoch_or_seed_other_noise(kn_task, ptb_small_bin):
     ids = list(range(200))
-    again, _ = build_task(lm_task_argv(ptb_small_bin, "kn", 0.5, "--seed", 3))
+    again, _ = build_task(lm_train_argv(ptb_small_bin, "--seed", 3, scheme="kn", gamma=0.5))
     again.load_dataset("train")
     first = noised_rows(kn_task, ids, epoch=2)
     for a, b in zip(first, noised_rows(again, ids, epoch=2)):
         np.testing.assert_array_equal(a, b)
     assert (noised_rows(kn_task, ids, epoch=3)[0] != first[0]).sum() > 100
-    other, _ = build_task(lm_task_argv(ptb_small_bin, "kn", 0.5, "--seed", 4))
+    other, _ = build_task(lm_train_argv(ptb_small_bin, "--seed", 4, scheme="kn", gamma=0.5))
     other.load_dataset("train")
     assert (noised_rows(other, ids, epoch=2)[0] != first[0]).sum() > 100
 
@@ -89,43 +89,12 @@ def test_translation_noise_does_not_depend_on_padding(multi30k_small_bin):
 
 
 def train(data, save_dir, *extra, scheme="kn"):
-    run_cli(
-        [
-            "fairseq-train",
-            data,
-            "--user-dir",
-            PLUGIN_DIR,
-            "--task",
-            "noised_language_modeling",
-            "--noise-scheme",
-            scheme,
-            "--noise-gamma",
-            "0.5",
-            *TINY_LM,
-            "--tokens-per-sample",
-            "35",
-            "--batch-size",
-            "20",
-            "--required-batch-size-multiple",
-            "1",
-            "--optimizer",
-            "sgd",
-            "--lr",
-            "1.0",
-            "--clip-norm",
-            "5",
-            "--sentence-avg",
-            "--seed",
-            "11",
-            "--cpu",
-            "--log-format",
-            "simple",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
-            *extra,
-        ]
-    )
+    """The tiny stock LM with ``scheme`` at gamma 0.5, the paper's SGD over sentence-averaged
+    batches of 20 rows from seed 11; returns the last checkpoint's model."""
+    flags = ["--batch-size", 20, "--required-batch-size-multiple", 1, "--sentence-avg"]
+    flags += ["--seed", 11, "--save-dir", save_dir, "--no-epoch-checkpoints"]
+    options = dict(model=TINY_LM, scheme=scheme, gamma=0.5, lr=1.0)
+    run_cli(["fairseq-train", *lm_train_argv(data, *flags, *extra, **options)])
     state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu")
     return state["model"]
 

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, TINY_LM, cli
+from conftest import TINY_LM, TINY_NOISING_LM, cli, lm_train_argv
 
 from fairseq_noising.stats_cache import cache_path
 
@@ -37,15 +37,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-STATELESS = [
-    *TINY_LM,
-]
 # stateful truncated BPTT: each rank owns its own 20 contiguous rows and carries their state
-STATEFUL = ["--arch", "noising_lstm_lm_small", "--hidden-size", "16", "--stateful-bptt"]
+MODELS = [(TINY_LM, []), (TINY_NOISING_LM, ["--stateful-bptt"])]
 
 
-@pytest.mark.parametrize("model_args", [STATELESS, STATEFUL], ids=["stateless", "stateful-bptt"])
-def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path, model_args):
+@pytest.mark.parametrize("model, stateful", MODELS, ids=["stateless", "stateful-bptt"])
+def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path, model, stateful):
     data = tmp_path / "data"
     shutil.copytree(ptb_small_bin, data, ignore=shutil.ignore_patterns("*noise?stats*"))
     hook = tmp_path / "hook"
@@ -59,50 +56,22 @@ def test_two_ranks_train_with_kn_noising(ptb_small_bin, tmp_path, model_args):
     }
     save_dir = tmp_path / "ckpt"
     port = free_port()
-    common = [
-        cli("fairseq-train"),
-        str(data),
-        "--user-dir",
-        str(PLUGIN_DIR),
-        "--task",
-        "noised_language_modeling",
-        "--noise-scheme",
-        "kn",
-        "--noise-gamma",
-        "0.2",
-        *model_args,
-        "--cpu",
-        "--num-workers",
-        "0",
-        "--log-format",
-        "simple",
-        "--log-interval",
-        "1",
-        "--max-update",
-        "4",
-        "--batch-size",
-        "20",
-        "--required-batch-size-multiple",
-        "1",
-        "--tokens-per-sample",
-        "35",
+    train = [*stateful, "--log-interval", 1, "--max-update", 4]
+    train += ["--batch-size", 20, "--required-batch-size-multiple", 1]
+    train += [
         "--optimizer",
         "adam",
         "--lr",
-        "0.001",
+        0.001,
         "--save-dir",
-        str(save_dir),
+        save_dir,
         "--no-epoch-checkpoints",
-        "--distributed-world-size",
-        "2",
-        "--distributed-backend",
-        "gloo",
-        "--ddp-backend",
-        "legacy_ddp",
-        "--distributed-no-spawn",
-        "--distributed-init-method",
-        f"tcp://127.0.0.1:{port}",
     ]
+    train += ["--distributed-world-size", 2, "--distributed-backend", "gloo"]
+    train += ["--ddp-backend", "legacy_ddp", "--distributed-no-spawn"]
+    train += ["--distributed-init-method", f"tcp://127.0.0.1:{port}"]
+    argv = lm_train_argv(data, *train, model=model, scheme="kn", gamma=0.2)
+    common = [cli("fairseq-train"), *map(str, argv)]
     procs, logs = [], []
     try:
         for rank in (0, 1):

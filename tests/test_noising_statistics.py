@@ -12,7 +12,7 @@ text), not from the scheme object under test.
 
 import numpy as np
 import pytest
-from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_task_argv
+from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_train_argv
 from fairseq.data import data_utils
 from oracle import by_id
 
@@ -62,7 +62,7 @@ def noised_batches(task, ids, epoch=1):
 
 @pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "none"])
 def test_rates_and_proposals_match_the_oracle(ptb_bin, ptb_oracle, scheme):
-    task, _ = build_task(lm_task_argv(ptb_bin, scheme, GAMMA))
+    task, _ = build_task(lm_train_argv(ptb_bin, scheme=scheme, gamma=GAMMA))
     task.load_dataset("train")
     d = task.dictionary
     gamma, q = by_id(ptb_oracle, d.symbols, scheme, GAMMA, FAIRSEQ_TO_AUTHORS)
@@ -100,7 +100,7 @@ def test_rates_and_proposals_match_the_oracle(ptb_bin, ptb_oracle, scheme):
 
 
 def test_uniform_proposal_is_what_the_table_says(ptb_bin):
-    task, _ = build_task(lm_task_argv(ptb_bin, "uniform", GAMMA))
+    task, _ = build_task(lm_train_argv(ptb_bin, scheme="uniform", gamma=GAMMA))
     task.load_dataset("train")
     q = task.dataset("train").noiser.scheme.proposal
     support = np.flatnonzero(q)
@@ -116,7 +116,7 @@ def test_unigram_noising_pseudocounts_interpolate(ptb_bin, ptb_oracle):
     context is noisable: </s> is an ordinary word). The expectation is exact: a context a that
     fires may draw a again, which the g p(a) c(b) term already includes.
     """
-    task, _ = build_task(lm_task_argv(ptb_bin, "unigram", GAMMA))
+    task, _ = build_task(lm_train_argv(ptb_bin, scheme="unigram", gamma=GAMMA))
     task.load_dataset("train")
     scheme = task.dataset("train").noiser.scheme
     raw = data_utils.load_indexed_dataset(str(ptb_bin / "train"), task.dictionary)

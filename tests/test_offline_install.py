@@ -1,14 +1,17 @@
-"""Installing on a machine without internet (issue 10): recipes/setup.sh's wheelhouse modes.
+"""Installing on a machine without internet: recipes/setup.sh's wheelhouse modes.
 
 One wheelhouse is built for the running interpreter (``--build-wheelhouse``, which may use the
 package index; torch comes from a local wheel file, or an exact pin of the installed version).
-It is installed with ``--from-wheelhouse`` into a fresh virtual environment with pip cut off from
-every index: ``PIP_INDEX_URL`` points at a closed port, ``PIP_CONFIG_FILE`` hides the machine's
-pip.conf (its extra indexes and find-links), ``PIP_FIND_LINKS``/``PIP_EXTRA_INDEX_URL`` are empty.
-Then ``fairseq-train`` of that environment trains the plugin (installed as a wheel, not this
-checkout) for a few updates. A second install into the same environment keeps its torch.
-Bad input (no folder, no manifest, a missing wheel, another Python version, no torch anywhere)
-stops with one line before anything is installed.
+It is installed with ``--from-wheelhouse`` with pip cut off from every index: ``PIP_INDEX_URL``
+points at a closed port, ``PIP_CONFIG_FILE`` hides the machine's pip.conf (its extra indexes and
+find-links), ``PIP_FIND_LINKS``/``PIP_EXTRA_INDEX_URL`` are empty. Into a fresh virtual environment
+(torch from the wheelhouse), whose ``fairseq-train`` then trains the plugin (installed as a wheel,
+not this checkout) for a few updates; and, with ``--python python3``, into an existing environment
+that holds its own torch, like a machine image whose ``python3`` is a virtual environment: that
+torch is kept, untouched. The plugin's wheel carries the MIT licence and the package metadata.
+Bad input (no folder, no manifest, a missing or damaged wheel, another Python version, a wheel
+that does not suit the interpreter, no torch anywhere, no pip) stops with one line before
+anything is installed.
 """
 
 import json
@@ -26,6 +29,7 @@ import pytest
 from conftest import REPO, TINY_LM
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -97,13 +101,21 @@ def local_torch_source():
     return f"torch=={torch_version}"
 
 
-def wheel_requires(path):
+def wheel_metadata(path):
+    """The METADATA of a wheel, parsed, and the names of the files in it."""
     with zipfile.ZipFile(path) as zf:
         name = next(
             n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
         )
-        meta = HeaderParser().parsestr(zf.read(name).decode("utf-8"))
-    return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+        return HeaderParser().parsestr(zf.read(name).decode("utf-8")), zf.namelist()
+
+
+def wheel_requires(path):
+    return [Requirement(r) for r in wheel_metadata(path)[0].get_all("Requires-Dist") or []]
+
+
+def manifest_of(wheelhouse):
+    return json.loads((wheelhouse / "wheelhouse.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +134,10 @@ def wheelhouse(tmp_path_factory):
 
 
 def test_wheelhouse_holds_the_closure_for_this_python(wheelhouse):
-    manifest = json.loads((wheelhouse / "wheelhouse.json").read_text())
+    manifest = manifest_of(wheelhouse)
     assert manifest["python_version"] == PYVER
     assert manifest["platform"] == "manylinux_2_28_x86_64"
+    assert "manylinux2014_x86_64" in manifest["platforms"]
     wheels = {w["name"]: w for w in manifest["wheels"]}
     for name in (
         "fairseq-noising",
@@ -138,6 +151,7 @@ def test_wheelhouse_holds_the_closure_for_this_python(wheelhouse):
         "matplotlib",
     ):
         assert name in wheels, f"{name} missing from the manifest"
+        assert wheels[name]["role"] == "plugin", wheels[name]
     assert "torchaudio" not in wheels and "torchaudio" in manifest["left_out"]
     assert wheels["torch"]["role"] == "torch"
     assert wheels["torch"]["version"] == installed_version("torch")
@@ -145,9 +159,13 @@ def test_wheelhouse_holds_the_closure_for_this_python(wheelhouse):
     # antlr4-python3-runtime exists only as a source distribution: built here, pure Python
     assert wheels["antlr4-python3-runtime"]["file"].endswith("-py3-none-any.whl")
     assert not any(n.startswith("torchaudio") for n in os.listdir(wheelhouse))
+    assert sorted(n for n in os.listdir(wheelhouse) if n.endswith(".whl")) == sorted(
+        w["file"] for w in manifest["wheels"]
+    ), "the folder holds exactly the manifest's wheels (no placeholder, no stray download)"
 
     here = {str(t) for t in sys_tags()}
     versions = {n: parse_wheel_filename(w["file"])[1] for n, w in wheels.items()}
+    needs = {}  # name: names of what it requires (for this interpreter)
     for name, w in wheels.items():
         path = wheelhouse / w["file"]
         assert path.is_file(), w["file"]
@@ -161,54 +179,74 @@ def test_wheelhouse_holds_the_closure_for_this_python(wheelhouse):
                 continue
             assert dep in versions, f"{name} requires {req}, which the wheelhouse lacks"
             assert req.specifier.contains(versions[dep], prereleases=True), (name, str(req))
-    # torch's own needs only come with torch; the plugin's wheels never need torch's alone
-    assert {w["role"] for w in manifest["wheels"]} <= {"plugin", "torch", "torch-only"}
+            needs.setdefault(name, set()).add(dep)
+    # the roles: "plugin" is what the plugin needs without going through torch, "torch-only" the
+    # rest of what torch needs
+    plugin, todo = set(), ["fairseq-noising"]
+    while todo:
+        name = todo.pop()
+        if name not in plugin and name != "torch":
+            plugin.add(name)
+            todo += needs.get(name, [])
+    roles = {n: w["role"] for n, w in wheels.items()}
+    expected = {n: "plugin" if n in plugin else "torch-only" for n in wheels}
+    assert roles == dict(expected, torch="torch")
 
 
-@pytest.fixture
-def venv(tmp_path):
-    yield tmp_path / "env"
-    shutil.rmtree(tmp_path / "env", ignore_errors=True)  # a whole torch: not kept either
+def test_the_plugin_wheel_carries_its_licence_and_metadata(wheelhouse):
+    wheels = {w["name"]: w for w in manifest_of(wheelhouse)["wheels"]}
+    path = wheelhouse / wheels["fairseq-noising"]["file"]
+    meta, files = wheel_metadata(path)
+    licence = (REPO / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "2026 the fairseq-noising authors" in licence
+    found = [f for f in files if ".dist-info/" in f and f.rsplit("/", 1)[-1] == "LICENSE"]
+    assert len(found) == 1, files
+    with zipfile.ZipFile(path) as zf:
+        assert zf.read(found[0]).decode() == licence
+    assert meta["License-File"] == "LICENSE"
+    assert "MIT" in (meta["License"], meta["License-Expression"])
+    classifiers = meta.get_all("Classifier") or []
+    for classifier in (
+        "License :: OSI Approved :: MIT License",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ):
+        assert classifier in classifiers, classifiers
+    supported = SpecifierSet(meta["Requires-Python"])
+    assert "3.11" in supported and "3.12" in supported and "3.10" not in supported
+    assert meta["Author"] and meta["Keywords"]
 
 
-def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_path):
-    env = offline_env(VENV=str(venv))
-    first = setup_sh("--from-wheelhouse", wheelhouse, env=env, cwd=tmp_path)
-    out = first.stdout + first.stderr
-    # pip looked only at the wheelhouse: no index was even named, let alone reached
+def only_the_wheelhouse_looked_at(out, wheelhouse):
+    """pip looked only at the wheelhouse: no index was even named, let alone reached."""
     looked = [l for l in out.splitlines() if "Looking in" in l or "127.0.0.1:9" in l]
     assert looked == [f"Looking in links: {wheelhouse}"], looked
-    assert "fairseq-noising ready: torch" in out, out[-3000:]
-    python = venv / "bin" / "python"
 
-    probe = subprocess.run(
-        [
-            str(python),
-            "-c",
-            "import importlib.util, fairseq_noising, torch, fairseq; "
-            "print(fairseq_noising.__file__); print(torch.__version__); print(torch.__file__); "
-            "print(importlib.util.find_spec('torchaudio'))",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        check=True,
+
+READY = re.compile(r"fairseq-noising ready: torch (\S+), fairseq \S+, --user-dir (\S+)")
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(wheelhouse, tmp_path_factory):
+    """VENV, missing before, made by --from-wheelhouse with no index; and what that printed."""
+    root = tmp_path_factory.mktemp("fresh")
+    proc = setup_sh(
+        "--from-wheelhouse", wheelhouse, env=offline_env(VENV=str(root / "env")), cwd=root
     )
-    plugin_file, torch_version, torch_file, torchaudio = probe.stdout.split()
-    assert Path(plugin_file).is_relative_to(venv), plugin_file  # the wheel, not this checkout
-    assert torch_version == installed_version("torch")
-    assert torchaudio == "None"
-    before = os.stat(torch_file).st_mtime_ns
+    yield root / "env", proc.stdout + proc.stderr
+    shutil.rmtree(root / "env", ignore_errors=True)  # a whole torch: not kept either
 
-    # installing again into that environment (by its interpreter) keeps its torch
-    second = setup_sh("--from-wheelhouse", wheelhouse, "--python", python, env=env, cwd=tmp_path)
-    out = second.stdout + second.stderr
-    assert f"keeping torch {torch_version}" in out, out[-3000:]
-    looked = [l for l in out.splitlines() if "Looking in" in l or "127.0.0.1:9" in l]
-    assert looked == [f"Looking in links: {wheelhouse}"], looked
-    assert "warning" not in out, out[-3000:]
-    assert os.stat(torch_file).st_mtime_ns == before
+
+def test_install_without_index_then_train(wheelhouse, fresh_venv, ptb_small_bin, tmp_path):
+    venv, out = fresh_venv
+    only_the_wheelhouse_looked_at(out, wheelhouse)
+    assert "warning" not in out and "keeping torch" not in out, out[-3000:]
+    ready = READY.search(out)
+    assert ready and ready[1] == installed_version("torch"), out[-3000:]
+    plugin_dir = Path(ready[2])
+    assert plugin_dir.is_relative_to(venv), plugin_dir  # the wheel, not this checkout
+    assert not list(venv.glob("lib/python*/site-packages/torchaudio*"))
 
     save_dir = tmp_path / "ckpt"
     train = subprocess.run(
@@ -216,7 +254,7 @@ def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_p
             str(venv / "bin" / "fairseq-train"),
             str(ptb_small_bin),
             "--user-dir",
-            str(Path(plugin_file).parent),
+            str(plugin_dir),
             "--task",
             "noised_language_modeling",
             "--noise-scheme",
@@ -250,7 +288,7 @@ def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_p
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=env,
+        env=offline_env(),
         timeout=600,
     )
     log = train.stdout + train.stderr
@@ -258,6 +296,52 @@ def test_install_without_index_then_train(wheelhouse, ptb_small_bin, venv, tmp_p
     assert re.search(r"noising \S+ with kn, gamma_0=0.2", log), log[-3000:]
     assert re.search(r"num_updates 3\b", log) and "done training" in log, log[-3000:]
     assert (save_dir / "checkpoint_last.pt").is_file()
+
+
+TORCH_STATE = """import json, os, sys
+from importlib.metadata import distribution
+dist = distribution("torch")
+files = [dist.locate_file(f) for f in dist.files
+         if str(f) == "torch/__init__.py" or f.name == "RECORD"]
+print(json.dumps({"prefix": sys.prefix, "version": dist.version,
+                  "files": {str(f): os.stat(f).st_mtime_ns for f in files}}))"""
+
+
+def test_install_into_an_image_environment_keeps_its_torch(wheelhouse, fresh_venv, tmp_path):
+    """A machine image's python3 is a virtual environment that holds its own torch: with
+    ``--python python3`` (a command, found on PATH, as setup.sh's own Python is) the plugin goes
+    into that environment, and its torch is left as it was. The image here: the fresh
+    environment less the plugin's packages, so its torch is the one the wheelhouse was built
+    with (the local torch wheel, or the exact pin of the running torch)."""
+    venv = fresh_venv[0]
+    env = offline_env(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    del env["PYTHON"]  # setup.sh runs the image's python3 too, which has no packaging
+    python3 = shutil.which("python3", path=env["PATH"])
+    assert python3 == str(venv / "bin" / "python3")
+    plugin_wheels = [w for w in manifest_of(wheelhouse)["wheels"] if w["role"] == "plugin"]
+    subprocess.run(
+        [python3, "-m", "pip", "uninstall", "-q", "-y", *(w["name"] for w in plugin_wheels)],
+        env=env,
+        check=True,
+    )
+    state = subprocess.run([python3, "-c", TORCH_STATE], env=env, capture_output=True, text=True)
+    before = json.loads(state.stdout)
+    assert Path(before["prefix"]) == venv and len(before["files"]) == 2, before
+
+    proc = setup_sh("--from-wheelhouse", wheelhouse, "--python", "python3", env=env, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    only_the_wheelhouse_looked_at(out, wheelhouse)
+    assert f"keeping torch {before['version']} of {python3}" in out, out[-3000:]
+    assert "warning" not in out, out[-3000:]
+    assert f"installing {len(plugin_wheels)} wheels" in out, out[-3000:]
+    installed = re.search(r"^Successfully installed (.*)$", out, re.M)[1].split()
+    assert sorted(installed) == sorted(f"{w['name']}-{w['version']}" for w in plugin_wheels)
+    ready = READY.search(out)
+    assert ready and ready[1] == before["version"], out[-3000:]
+    assert Path(ready[2]).is_relative_to(venv), ready[2]  # into the image's environment
+
+    state = subprocess.run([python3, "-c", TORCH_STATE], env=env, capture_output=True, text=True)
+    assert json.loads(state.stdout) == before  # the same torch, its files untouched
 
 
 # ---------------------------------------------------------------- bad input
@@ -276,12 +360,15 @@ def site_contents(python):
     return sorted(p.name for p in python.parent.parent.glob("lib/python*/site-packages/*"))
 
 
-def partial_copy(wheelhouse, dest, drop=(), edit=None):
-    """A wheelhouse of links to the real wheels, without the files of `drop`, manifest edited."""
+def partial_copy(wheelhouse, dest, drop=(), edit=None, replace=None):
+    """A wheelhouse of links to the real wheels, without the files of `drop`, with replace's
+    {name: path} files instead of theirs (the manifest left as it was), manifest edited."""
     dest.mkdir()
-    manifest = json.loads((wheelhouse / "wheelhouse.json").read_text())
+    manifest = manifest_of(wheelhouse)
     for w in manifest["wheels"]:
-        if w["name"] not in drop:
+        if w["name"] in (replace or {}):
+            shutil.copy(replace[w["name"]], dest / w["file"])
+        elif w["name"] not in drop:
             os.symlink(wheelhouse / w["file"], dest / w["file"])
     if edit:
         edit(manifest)
@@ -298,16 +385,21 @@ def one_line_error(proc):
 
 
 def test_bad_input_stops_with_one_line_before_installing(wheelhouse, bare_python, tmp_path):
-    env = offline_env(VENV=str(tmp_path / "never-made"))
+    never_made = tmp_path / "never-made"
+    env = offline_env(VENV=str(never_made))
     empty = site_contents(bare_python)
 
-    def fails(folder):
-        proc = setup_sh("--from-wheelhouse", folder, "--python", bare_python, env=env, expect=2)
+    def fails(folder, *target):
+        target = target or ("--python", bare_python)
+        proc = setup_sh("--from-wheelhouse", folder, *target, env=env, expect=2)
         return one_line_error(proc)
 
     assert "does not exist" in fails(tmp_path / "no-such-folder")
     (tmp_path / "plain").mkdir()
     assert "has no wheelhouse.json" in fails(tmp_path / "plain")
+    assert "--python no-such-python: no such executable" in fails(
+        wheelhouse, "--python", "no-such-python"
+    )
 
     lacking = partial_copy(wheelhouse, tmp_path / "lacking", drop={"sacrebleu"})
     msg = fails(lacking)
@@ -327,19 +419,50 @@ def test_bad_input_stops_with_one_line_before_installing(wheelhouse, bare_python
     msg = fails(no_torch)
     assert "has no torch" in msg and "--with-torch" in msg, msg
 
+    # a wheel whose bytes are not those the manifest recorded
+    files = {w["name"]: w["file"] for w in manifest_of(wheelhouse)["wheels"]}
+    other_bytes = {"sacrebleu": wheelhouse / files["tabulate"]}
+    damaged = partial_copy(wheelhouse, tmp_path / "damaged", replace=other_bytes)
+    msg = fails(damaged)
+    assert "damaged" in msg and files["sacrebleu"] in msg, msg
+
+    assert "has no pip" in fails(wheelhouse)  # everything else in order
+
+    # a wheel that does not suit the interpreter: pip's dry run finds it (here with the pip of
+    # this Python, which would make the virtual environment)
+    macos = files["sacrebleu"].replace("py3-none-any", "cp311-cp311-macosx_11_0_arm64")
+
+    def on_macos(m):
+        entry = next(w for w in m["wheels"] if w["name"] == "sacrebleu")
+        os.replace(tmp_path / "macos" / entry["file"], tmp_path / "macos" / macos)
+        entry["file"] = macos
+
+    assert macos != files["sacrebleu"]
+    shipped = {"sacrebleu": wheelhouse / files["sacrebleu"]}
+    macos_house = partial_copy(wheelhouse, tmp_path / "macos", replace=shipped, edit=on_macos)
+    msg = fails(macos_house, "--venv", never_made)
+    assert "do not install into" in msg and "sacrebleu" in msg, msg
+
     # the default target (VENV, to be created) is not created on bad input either
     one_line_error(setup_sh("--from-wheelhouse", lacking, env=env, expect=2))
-    assert not (tmp_path / "never-made").exists()
+    assert not never_made.exists()
     assert site_contents(bare_python) == empty
 
-    # building refuses an unpinned torch (a multi-GB CUDA download) before fetching anything
-    proc = setup_sh(
-        "--build-wheelhouse",
-        tmp_path / "wh",
-        "--with-torch",
-        "torch",
-        expect=2,
-        env=dict(os.environ, PYTHON=sys.executable),
-    )
-    assert "exact pin" in one_line_error(proc)
+    # building refuses bad flags (an unpinned torch is a multi-GB CUDA download) before fetching
+    # or making anything
+    for flags, expected in (
+        (["--with-torch", "torch"], "exact pin"),
+        (["--with-torch", "torch>=2"], "exact pin"),
+        (["--with-torch", tmp_path / "torch-2.0-none.whl"], "no such torch wheel"),
+        (["--python-version", "3.10"], "--python-version must be 3.11 or newer"),
+        (["--platform", "win_amd64"], "--platform takes a manylinux tag"),
+    ):
+        proc = setup_sh(
+            "--build-wheelhouse",
+            tmp_path / "wh",
+            *flags,
+            expect=2,
+            env=dict(os.environ, PYTHON=sys.executable),
+        )
+        assert expected in one_line_error(proc)
     assert not (tmp_path / "wh").exists()

@@ -20,7 +20,7 @@ from fractions import Fraction as F
 
 import numpy as np
 import pytest
-from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_task_argv, run_cli
+from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_train_argv, run_cli
 from oracle import EOS, Oracle, by_id
 
 from fairseq_noising.noiser import _GOLDEN, _mix, position_hashes
@@ -79,7 +79,7 @@ def hand_oracle(special=()):
 
 
 def plugin_scheme(data, scheme, gamma0, *extra):
-    task, _ = build_task(lm_task_argv(data, scheme, gamma0, *extra))
+    task, _ = build_task(lm_train_argv(data, *extra, scheme=scheme, gamma=gamma0))
     task.load_dataset("train")
     return task, task.dataset("train").noiser.scheme
 
@@ -178,7 +178,7 @@ def test_ptb_noise_is_the_authors_per_word_loop(ptb_bin, ptb_oracle, scheme):
     """Token for token, the training collater's noise equals the oracle's loop given the same
     uniforms: which positions fire, which word replaces the context, and (kn, mkn) the target."""
     seed, epoch, gamma0 = 3, 2, 0.3
-    task, _ = build_task(lm_task_argv(ptb_bin, scheme, gamma0, "--seed", seed))
+    task, _ = build_task(lm_train_argv(ptb_bin, "--seed", seed, scheme=scheme, gamma=gamma0))
     task.load_dataset("train")
     wrapper = task.dataset("train")
     wrapper.set_epoch(epoch)

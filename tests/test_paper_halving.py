@@ -1,22 +1,15 @@
-"""``--lr-scheduler paper_halving``: the paper's halving protocol (docs/paper_halving.md).
+"""``--lr-scheduler paper_halving``: the paper's halving protocol (docs/paper_halving.md), its
+configuration and its decisions, epoch by epoch.
 
-Fast tier: unit tests drive the scheduler directly, built as fairseq-train builds it
-(``build_lr_scheduler``, ``build_optimizer``) from the config that ``fairseq-train ...
---lr-scheduler paper_halving --stop-min-lr 0`` parses to, on a tiny model wrapped in fairseq's
-SGD, with forced sequences of validation losses. The config is made from the dataclass, because
-hydra's parser takes most of a second per command line; a slow test checks it against the parser.
-
-Slow tier (``-m slow``): the command-line parser (flags, fairseq's defaults, the PTB command in
-docs/paper_halving.md), and the real ``fairseq-train`` on 300 lines of PTB (60 of validation):
-once as the console script to completion, once in-process stopped by ``--max-epoch``, resumed,
-and re-launched, and in-process with planted validation losses.
+Fast tier: the scheduler built as fairseq-train builds it (tests/halving_kit.py) is driven
+directly with forced sequences of validation losses; the learning rates it gives and the
+parameters it restores are compared with the protocol's rules worked by hand. Slow tier
+(``-m slow``): the command-line parser (flags, fairseq's defaults, the PTB command in
+docs/paper_halving.md). Resuming: tests/test_paper_halving_resume.py; the real fairseq-train:
+tests/test_paper_halving_train.py.
 """
 
-import copy
-import io
-import logging
 import math
-import os
 import re
 import shlex
 from argparse import Namespace
@@ -24,110 +17,40 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch._dynamo  # noqa: F401  (the first optimizer built imports it: ~1 s, paid at collection)
-from conftest import PLUGIN_DIR, REPO, binarize_lm, run_cli
-from fairseq import checkpoint_utils, options
+from conftest import PLUGIN_DIR, REPO, lm_train_argv
+from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim import build_optimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY, build_lr_scheduler
+from halving_kit import (
+    SGD_ARGS,
+    Tiny,
+    build,
+    no_fairseq_best,  # noqa: F401  (autouse: no fairseq best leaks between tests)
+    params,
+    same,
+    scheduler_cfg,
+    train_a_bit,
+)
 from omegaconf import OmegaConf
 
-import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the scheduler)
 from fairseq_noising.errors import NoisingError
-from fairseq_noising.optim.paper_halving import PaperHalvingLRSchedule, PaperHalvingLRScheduleConfig
+from fairseq_noising.optim.paper_halving import PaperHalvingLRSchedule
 
-BASE = ["--optimizer", "sgd", "--lr", "1.0", "--clip-norm", "5", "--lr-scheduler", "paper_halving"]
 DOC = REPO / "docs" / "paper_halving.md"
-
-# What ``fairseq-train ... BASE --stop-min-lr 0`` gives the fields that the scheduler's config
-# links to other groups (II), and the SGD optimizer's arguments (checked against the parser by
-# test_unit_tests_use_the_config_that_fairseq_train_parses).
-FAIRSEQ_VALUES = dict(
-    lr=[1.0],
-    stop_min_lr=0.0,
-    sentence_avg=False,
-    best_checkpoint_metric="loss",
-    maximize_best_checkpoint_metric=False,
-    save_interval_updates=0,
-    disable_validation=False,
-    validate_interval=1,
-    validate_interval_updates=0,
-    validate_after_updates=0,
-)
-SGD_ARGS = dict(optimizer="sgd", lr=[1.0], momentum=0.0, weight_decay=0.0)
 
 
 def parse(*argv):
-    parser = options.get_training_parser()
+    """The config of ``fairseq-train ... --optimizer sgd --lr 1.0 --clip-norm 5 --lr-scheduler
+    paper_halving ARGV``."""
+    argv = lm_train_argv(
+        "unused-data", "--lr-scheduler", "paper_halving", *argv, task="language_modeling", lr=1.0
+    )
     args = options.parse_args_and_arch(
-        parser,
-        input_args=[
-            "unused-data",
-            "--user-dir",
-            str(PLUGIN_DIR),
-            "--task",
-            "language_modeling",
-            "--arch",
-            "lstm_lm",
-            *map(str, argv),
-        ],
+        options.get_training_parser(), input_args=[str(a) for a in argv]
     )
     return convert_namespace_to_omegaconf(args)
-
-
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = torch.nn.Linear(3, 4)
-        self.b = torch.nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.b(torch.tanh(self.a(x)))
-
-
-def scheduler_cfg(**overrides):
-    """``cfg.lr_scheduler`` of ``fairseq-train ... BASE --stop-min-lr 0``, without the parser;
-    ``overrides`` set scheduler options (``halvings=2`` is ``--halvings 2``; the II-linked ones
-    such as ``stop_min_lr`` too)."""
-    cfg = OmegaConf.structured(
-        PaperHalvingLRScheduleConfig(_name="paper_halving", **FAIRSEQ_VALUES)
-    )
-    for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
-
-
-def build(model=None, momentum=0.0, cfg=None, **overrides):
-    """(scheduler, model) as the trainer builds them; ``cfg``: a parsed command line instead."""
-    if cfg is None:
-        scheduler_args, optimizer_args = scheduler_cfg(**overrides), Namespace(**SGD_ARGS)
-    else:
-        scheduler_args, optimizer_args = cfg.lr_scheduler, copy.copy(cfg.optimizer)
-    optimizer_args.momentum = momentum
-    model = model if model is not None else Tiny()
-    optimizer = build_optimizer(optimizer_args, list(model.parameters()))
-    scheduler = build_lr_scheduler(scheduler_args, optimizer)
-    scheduler.step_update(0)
-    return scheduler, model
-
-
-def train_a_bit(scheduler, model, seed):
-    """One real SGD update (changes the parameters; creates momentum state if any)."""
-    g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(8, 3, generator=g), torch.randn(8, 2, generator=g)
-    scheduler.optimizer.zero_grad()
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    scheduler.optimizer.step()
-    scheduler.step_update(scheduler.num_updates + 1)
-
-
-def params(model):
-    return [p.detach().clone() for p in model.parameters()]
-
-
-def same(xs, ys):
-    return len(xs) == len(ys) and all(torch.equal(x, y) for x, y in zip(xs, ys))
 
 
 def run_protocol(scheduler, model, losses, stop_min_lr=0.0):
@@ -143,33 +66,11 @@ def run_protocol(scheduler, model, losses, stop_min_lr=0.0):
     return trained
 
 
-def set_fairseq_best(value):
-    """What checkpoint_utils.save_checkpoint / load_checkpoint do with fairseq's running best."""
-    checkpoint_utils.save_checkpoint.best = value
-
-
-def del_fairseq_best():
-    if hasattr(checkpoint_utils.save_checkpoint, "best"):
-        del checkpoint_utils.save_checkpoint.best
-
-
-@pytest.fixture(autouse=True)
-def no_fairseq_best():
-    """Each test starts, like a fresh fairseq-train process, without fairseq's running best, and
-    leaves none behind (in-process fairseq-train sets it too)."""
-    before = getattr(checkpoint_utils.save_checkpoint, "best", None)
-    del_fairseq_best()
-    yield
-    del_fairseq_best()
-    if before is not None:
-        set_fairseq_best(before)
-
-
 # ---------------------------------------------------------------------------- configuration
 @pytest.mark.slow
 def test_registered_with_documented_flags():
     assert LR_SCHEDULER_REGISTRY["paper_halving"] is PaperHalvingLRSchedule
-    cfg = parse(*BASE, "--stop-min-lr", "0").lr_scheduler
+    cfg = parse("--stop-min-lr", "0").lr_scheduler
     assert (cfg.halvings, cfg.halving_threshold, cfg.lr_shrink, cfg.no_restore_best) == (
         8,
         None,
@@ -177,7 +78,6 @@ def test_registered_with_documented_flags():
         False,
     )
     cfg = parse(
-        *BASE,
         "--stop-min-lr",
         "0",
         "--halvings",
@@ -198,7 +98,7 @@ def test_registered_with_documented_flags():
 
 @pytest.mark.slow
 def test_unit_tests_use_the_config_that_fairseq_train_parses():
-    parsed = parse(*BASE, "--stop-min-lr", "0")
+    parsed = parse("--stop-min-lr", "0")
     assert OmegaConf.to_container(parsed.lr_scheduler, resolve=True) == OmegaConf.to_container(
         scheduler_cfg(), resolve=True
     )
@@ -207,7 +107,7 @@ def test_unit_tests_use_the_config_that_fairseq_train_parses():
 
 @pytest.mark.slow
 def test_refuses_default_stop_min_lr_naming_the_flag():
-    cfg = parse(*BASE)  # fairseq's default --stop-min-lr is -1
+    cfg = parse()  # fairseq's default --stop-min-lr is -1
     with pytest.raises(NoisingError, match=r"pass --stop-min-lr 0.*got --stop-min-lr -1"):
         build(cfg=cfg)
 
@@ -421,355 +321,3 @@ def test_threshold_rule_restores_and_halves_on_a_worse_epoch():
     best = params(model)
     train_a_bit(scheduler, model, 2)
     assert scheduler.step(2, 7.5) == 0.5 and same(params(model), best)
-
-
-# ---------------------------------------------------------------------------- state and resume
-def safe_roundtrip(obj):
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)  # tensors, numbers, dicts and lists only
-
-
-def test_state_dict_roundtrip_continues_identically():
-    a, model_a = build()
-    for epoch, loss in enumerate([5.0, 4.0, 4.5, 4.2], 1):
-        a.step_begin_epoch(epoch)
-        train_a_bit(a, model_a, epoch)
-        a.step(epoch, loss)
-    state = safe_roundtrip(a.state_dict())
-    assert state["halvings"] == 2 and state["best"] == 4.0 and state["lr"] == 0.25
-
-    model_b = copy.deepcopy(model_a)
-    b, _ = build(model=model_b)
-    b.load_state_dict(state)
-    b.step(5, None)  # what fairseq calls after loading: no decision pending, nothing happens
-    assert (b.optimizer.get_lr(), b.halvings, b.best, b.best_epoch) == (0.25, 2, 4.0, 2)
-    assert same(b.best_params, a.best_params)
-    for epoch, loss in [(5, 4.6), (6, 3.0), (7, 3.5)]:
-        for s, m in ((a, model_a), (b, model_b)):
-            s.step_begin_epoch(epoch)
-            train_a_bit(s, m, epoch)
-            s.step(epoch, loss)
-        assert a.optimizer.get_lr() == b.optimizer.get_lr()
-        assert same(params(model_a), params(model_b))
-
-
-def test_loading_best_parameters_of_another_model_is_refused():
-    saved, _ = build()
-    saved.step(1, 5.0)
-    other = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Linear(5, 2))  # 4 tensors too
-    resumed, _ = build(model=other)
-    with pytest.raises(NoisingError, match=r"do not match the model .* --reset-lr-scheduler"):
-        resumed.load_state_dict(safe_roundtrip(saved.state_dict()))
-
-
-def fairseq_epoch(scheduler, model, epoch, loss):
-    """One epoch in fairseq_cli.train's order; returns the end-of-epoch checkpoint's content,
-    which fairseq writes after validation but *before* it calls scheduler.step."""
-    scheduler.step_begin_epoch(epoch)
-    train_a_bit(scheduler, model, epoch)
-    best = min(loss, getattr(checkpoint_utils.save_checkpoint, "best", loss))
-    set_fairseq_best(best)
-    checkpoint = safe_roundtrip(
-        {
-            "model": model.state_dict(),
-            "sched": scheduler.state_dict(),
-            "optim": scheduler.optimizer.state_dict(),
-            "best": best,
-        }
-    )
-    scheduler.step(epoch, loss)
-    return checkpoint
-
-
-def resume(checkpoint, next_epoch):
-    """trainer.load_checkpoint + checkpoint_utils.load_checkpoint, in a fresh process."""
-    del_fairseq_best()
-    model = Tiny()
-    model.load_state_dict(checkpoint["model"])
-    scheduler, _ = build(model=model)
-    scheduler.load_state_dict(checkpoint["sched"])
-    scheduler.optimizer.load_state_dict(checkpoint["optim"])
-    scheduler.step_update(checkpoint["sched"]["num_updates"])
-    scheduler.step(next_epoch, None)  # trainer.load_checkpoint: fairseq's best not restored yet
-    set_fairseq_best(safe_roundtrip(checkpoint["best"]))  # a new float object, as unpickled
-    scheduler.step(next_epoch, None)  # checkpoint_utils.load_checkpoint, after restoring it
-    return scheduler, model
-
-
-@pytest.mark.parametrize(
-    "losses",
-    [
-        [5.0, 4.0, 4.5],  # the pending decision halves and restores
-        [5.0, 4.0, 4.5, 3.0],  # the pending decision is an improvement
-        [5.0] + [6.0] * 9,  # the pending decision is the stop after the last halving
-    ],
-)
-def test_resume_replays_the_decision_the_checkpoint_was_saved_before(losses):
-    live, model = build()
-    for epoch, loss in enumerate(losses, 1):
-        checkpoint = fairseq_epoch(live, model, epoch, loss)
-    assert checkpoint["sched"]["last_step_epoch"] == len(losses) - 1  # saved before the step
-    resumed, resumed_model = resume(checkpoint, len(losses) + 1)
-    assert resumed.optimizer.get_lr() == live.optimizer.get_lr()
-    assert (resumed.halvings, resumed.best, resumed.best_epoch) == (
-        live.halvings,
-        live.best,
-        live.best_epoch,
-    )
-    assert same(params(resumed_model), params(model))
-    assert same(resumed.best_params, live.best_params)
-    if live.finished:
-        assert resumed.optimizer.get_lr() == 0.0
-
-
-def test_resume_from_a_mid_epoch_checkpoint_replays_nothing(caplog):
-    live, model = build()
-    fairseq_epoch(live, model, 1, 5.0)
-    fairseq_epoch(live, model, 2, 6.0)
-    live.step_begin_epoch(3)
-    train_a_bit(live, model, 3)  # --save-interval-updates: saved inside epoch 3
-    set_fairseq_best(5.0)
-    checkpoint = safe_roundtrip(
-        {
-            "model": model.state_dict(),
-            "sched": live.state_dict(),
-            "optim": live.optimizer.state_dict(),
-            "best": 5.0,
-        }
-    )
-    with caplog.at_level(logging.WARNING):
-        resumed, resumed_model = resume(checkpoint, 3)  # fairseq resumes inside epoch 3
-        resumed.step_begin_epoch(3)
-    assert caplog.text == ""
-    assert (resumed.optimizer.get_lr(), resumed.halvings) == (0.5, 1)
-    assert same(params(resumed_model), params(model))
-
-
-def test_resume_without_fairseq_best_warns_and_goes_on(caplog):
-    live, model = build()
-    for epoch, loss in enumerate([5.0, 6.0], 1):
-        checkpoint = fairseq_epoch(live, model, epoch, loss)
-    del_fairseq_best()
-    resumed, _ = build(model=model)
-    resumed.load_state_dict(checkpoint["sched"])
-    resumed.step(3, None)
-    resumed.step(3, None)  # e.g. --reset-meters: fairseq never restores its best
-    with caplog.at_level(logging.WARNING):
-        resumed.step_begin_epoch(3)
-    assert "could not replay the decision for epoch 2" in caplog.text
-    assert resumed.optimizer.get_lr() == 1.0 and resumed.halvings == 0
-
-
-# ---------------------------------------------------------------------------- real fairseq-train
-@pytest.fixture(scope="module")
-def ptb300(tmp_path_factory):
-    """300 training and 60 validation lines of PTB, binarized."""
-    return binarize_lm(tmp_path_factory.mktemp("ptb300"), 300, 60)
-
-
-def train_argv(data, save):
-    # forced plateau: at lr 1e-9 no epoch changes the validation loss (fairseq rounds it to 3
-    # decimals), so every epoch after the first is a non-improvement: halvings at epochs 2..9
-    return [
-        data,
-        "--user-dir",
-        PLUGIN_DIR,
-        "--task",
-        "language_modeling",
-        "--arch",
-        "lstm_lm",
-        "--decoder-embed-dim",
-        8,
-        "--decoder-hidden-size",
-        8,
-        "--decoder-out-embed-dim",
-        8,
-        "--tokens-per-sample",
-        35,
-        "--batch-size",
-        20,
-        "--required-batch-size-multiple",
-        1,
-        "--optimizer",
-        "sgd",
-        "--lr",
-        "1e-9",
-        "--clip-norm",
-        5,
-        "--lr-scheduler",
-        "paper_halving",
-        "--stop-min-lr",
-        0,
-        "--cpu",
-        "--num-workers",
-        0,
-        "--log-format",
-        "simple",
-        "--seed",
-        1,
-        "--save-dir",
-        save,
-        "--no-epoch-checkpoints",
-    ]
-
-
-def decisions(log):
-    """[(epoch, halving number or '')] from the scheduler's log lines."""
-    return re.findall(
-        r"paper_halving: epoch (\d+): .*?(?:halving (\d+)/\d+|lr stays|(stop): all)", log
-    )
-
-
-def epoch_lrs(log):
-    """{epoch: learning rate it was trained with} from fairseq's end-of-epoch training stats."""
-    return {
-        int(e): float(lr)
-        for e, lr in re.findall(r"epoch (\d+) \| loss [^\n]*?\| lr ([\d.e+-]+) \|", log)
-    }
-
-
-def expected_decisions(halvings):
-    return (
-        [("1", "", "")]
-        + [(str(e), str(e - 1), "") for e in range(2, halvings + 2)]
-        + [(str(halvings + 2), "", "stop")]
-    )
-
-
-EXPECTED_DECISIONS = expected_decisions(8)
-EXPECTED_LRS = {e: 1e-9 * 2.0 ** -max(0, e - 2) for e in range(1, 11)}  # 10 epochs < 30
-
-
-@pytest.mark.slow
-def test_fairseq_train_trains_at_lr_over_256_then_stops(ptb300, tmp_path):
-    save = tmp_path / "ckpt"
-    proc = run_cli(
-        ["fairseq-train", *train_argv(ptb300, save), "--max-epoch", 30],
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
-    log = proc.stdout
-    assert proc.returncode == 0
-    assert decisions(log) == EXPECTED_DECISIONS
-    # every later epoch ties with the best at 3 decimals: fairseq's checkpoint_best.pt takes it
-    assert (
-        "equals the best (epoch 1) and replaces it in checkpoint_best.pt, as fairseq does; "
-        "halving 1/8: lr 1e-09 -> 5e-10"
-    ) in log
-    assert "restored the parameters" not in log
-    assert "halving 8/8: lr 7.8125e-12 -> 3.90625e-12" in log
-    assert "stop: all 8 halvings done: lr 3.90625e-12 -> 0" in log
-    assert "stopping training because current learning rate (0.0)" in log
-    assert "begin training epoch 10" in log  # epoch 10 is trained at 1e-9 / 256
-    assert "begin training epoch 11" not in log
-    assert epoch_lrs(log) == pytest.approx(EXPECTED_LRS)
-    assert (save / "checkpoint_best.pt").exists()
-
-
-def train_in_process(argv, caplog):
-    from fairseq.distributed import utils as distributed_utils
-    from fairseq_cli import train
-
-    args = options.parse_args_and_arch(
-        options.get_training_parser(), input_args=[str(a) for a in argv]
-    )
-    caplog.clear()
-    with caplog.at_level(logging.INFO):
-        distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
-    return caplog.text
-
-
-@pytest.mark.slow
-def test_fairseq_train_interrupted_and_resumed_follows_the_same_protocol(ptb300, tmp_path, caplog):
-    # --halvings 3 (epochs 1..5) keeps this short; the protocol is the same as with 8
-    argv = train_argv(ptb300, tmp_path / "ckpt") + ["--halvings", 3]
-    expected = expected_decisions(3)
-    # stopped by --max-epoch 3; its last checkpoint is written before epoch 3's halving
-    first = train_in_process(argv + ["--max-epoch", 3], caplog)
-    assert decisions(first) == expected[:3]
-    assert "stopping training because current learning rate" not in first
-    # resumed with --max-epoch 30 (fairseq's best of the first run is still set in this
-    # process: the replay waits for the value restored from the checkpoint)
-    second = train_in_process(argv + ["--max-epoch", 30], caplog)
-    assert "resuming after epoch 3, saved before its decision" in second
-    assert decisions(second) == expected[2:5]  # epoch 3 replayed, then epochs 4 and 5
-    assert "stop: all 3 halvings done: lr 1.25e-10 -> 0" in second
-    assert "stopping training because current learning rate (0.0)" in second
-    assert "begin training epoch 6" not in second
-    lrs = {**epoch_lrs(first), **epoch_lrs(second)}
-    assert lrs == pytest.approx({e: EXPECTED_LRS[e] for e in range(1, 6)})
-    # re-launching the finished run replays its last halving and trains nothing
-    third = train_in_process(argv + ["--max-epoch", 30], caplog)
-    assert decisions(third) == expected[4:5]
-    assert "stopping training because current learning rate (0.0)" in third
-    assert "begin training epoch" not in third
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("second", [6.0, 5.0], ids=["worse", "tie"])
-def test_fairseq_train_non_improving_epoch_restores_the_weights_of_checkpoint_best(
-    second, ptb300, tmp_path, caplog, monkeypatch
-):
-    """After a non-improving epoch the model's parameters are exactly those of checkpoint_best.pt.
-
-    In-process fairseq-train at lr 1.0 (so that an epoch moves the weights), with the validation
-    loss of the first --valid-subset planted after the real validation: 5.0 after epoch 1, 6.0
-    after epoch 2 (strictly worse, so fairseq keeps epoch 1 in checkpoint_best.pt). The weights
-    are read right before and right after ``trainer.lr_step`` of each epoch (the scheduler's
-    decision); fairseq writes checkpoint_last.pt before that step, so it holds epoch 2's own
-    trained weights. ``tie``: epoch 2 validates at 5.0 too; fairseq's checkpoint_best.pt takes a
-    tie (its test is <=), so the rate halves but the parameters stay epoch 2's own."""
-    from fairseq.trainer import Trainer
-    from fairseq_cli import train
-
-    planted = {1: 5.0, 2: second}
-    real_validate = train.validate
-
-    def planted_validate(cfg, trainer, task, epoch_itr, subsets):
-        losses = real_validate(cfg, trainer, task, epoch_itr, subsets)
-        return [planted[epoch_itr.epoch]] + losses[1:]
-
-    def weights(trainer):
-        return {k: v.detach().clone() for k, v in trainer.get_model().state_dict().items()}
-
-    around_decision = {}
-    real_lr_step = Trainer.lr_step
-
-    def recording_lr_step(self, epoch, val_loss=None):
-        before = weights(self)
-        lr = real_lr_step(self, epoch, val_loss)
-        around_decision[epoch] = (before, weights(self))
-        return lr
-
-    monkeypatch.setattr(train, "validate", planted_validate)
-    monkeypatch.setattr(Trainer, "lr_step", recording_lr_step)
-    save = tmp_path / "ckpt"
-    argv = train_argv(ptb300, save)
-    argv[argv.index("--lr") + 1] = 1.0
-    log = train_in_process(argv + ["--max-epoch", 2], caplog)
-    assert decisions(log) == [("1", "", ""), ("2", "1", "")], log[-3000:]
-    assert ("restored the parameters of epoch 1" in log) == (second > 5.0)
-
-    def state(name):
-        return checkpoint_utils.load_checkpoint_to_cpu(str(save / name))
-
-    best, last = state("checkpoint_best.pt"), state("checkpoint_last.pt")
-    trained_in_2, after_2 = around_decision[2]
-    assert last["extra_state"]["val_loss"] == second  # written after epoch 2
-
-    def equal(a, b):
-        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-    if second == 5.0:  # the tie: checkpoint_best.pt holds epoch 2, and so does the model
-        assert equal(best["model"], last["model"]) and equal(after_2, best["model"])
-        assert not equal(around_decision[1][1], best["model"])
-        return
-    assert best["extra_state"]["val_loss"] == 5.0  # written after epoch 1
-
-    assert equal(trained_in_2, last["model"])  # the non-improving epoch's own weights ...
-    assert not any(torch.equal(trained_in_2[k], best["model"][k]) for k in best["model"]), (
-        "epoch 2 moved every parameter (else the restore could pass vacuously)"
-    )
-    assert equal(after_2, best["model"])  # ... are replaced by checkpoint_best.pt's, exactly
-    assert equal(around_decision[1][1], best["model"])  # (epoch 1 improved: nothing restored)

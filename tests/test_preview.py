@@ -8,12 +8,13 @@ real data, in process (``preview.main``), and one run of the installed console s
 
 import io
 import json
+import math
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, binarize_lm, build_task, cli, lm_task_argv
+from conftest import PLUGIN_DIR, PTB_SLICES, build_task, cli, lm_train_argv
 from oracle import EOS, Oracle, read_ptb_words
 
 from fairseq_noising.cli import preview
@@ -35,9 +36,9 @@ SEED, EPOCH, GAMMA = 7, 3, 0.2
 
 
 @pytest.fixture(scope="module")
-def ptb(tmp_path_factory):
-    """The first 3000 training lines of PTB and 300 of valid (and test), binarized."""
-    return binarize_lm(tmp_path_factory.mktemp("preview_ptb"), 3000, 300)
+def ptb(ptb_small_bin):
+    """The first 2000 PTB training lines and 200 of valid and test, binarized (PTB_SLICES)."""
+    return ptb_small_bin
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def lm_run(ptb, tmp_path_factory, script_run):
 @pytest.fixture(scope="module")
 def lm_task(ptb):
     """The task as fairseq-train builds it, with the preview's seed; the training split loaded."""
-    task, _ = build_task(lm_task_argv(ptb, "kn", GAMMA, "--seed", SEED))
+    task, _ = build_task(lm_train_argv(ptb, "--seed", SEED, scheme="kn", gamma=GAMMA))
     task.load_dataset("train")
     task.dataset("train").set_epoch(EPOCH)
     return task
@@ -137,7 +138,10 @@ def sample_ids(n):
 def test_lm_jsonl_has_one_object_per_example(lm_run, lm_task):
     _, _, records, _ = lm_run
     n = len(lm_task.dataset("train"))
-    assert n > 1000  # 3000 PTB lines cut into blocks of 35 tokens
+    # the training text's words and one </s> per line, cut into blocks of 35 tokens
+    lines = (ptb_text_of(lm_task) / "train.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == PTB_SLICES["small"]["train"]
+    assert n == math.ceil(sum(len(line.split()) + 1 for line in lines) / 35) > 1000
     assert [r["id"] for r in records] == list(range(n))
     for r in records:
         assert set(r) == LM_KEYS
@@ -231,10 +235,9 @@ def test_lm_preview_noises_eos_contexts_at_the_oracles_rate(ptb, lm_run):
     pairs = [(a, b) for r in records for a, b in zip(r["input"], r["input_noised"]) if a == "</s>"]
     changed = sum(a != b for a, b in pairs)
     sd = np.sqrt(len(pairs) * rate * (1 - rate))
-    assert len(pairs) > 2500 and abs(changed - len(pairs) * rate) < 4 * sd, (
-        changed,
-        len(pairs) * rate,
-    )
+    # one </s> context per line: fairseq's stream starts with a </s>, the last line's is a target
+    assert len(pairs) == PTB_SLICES["small"]["train"]
+    assert abs(changed - len(pairs) * rate) < 4 * sd, (changed, len(pairs) * rate)
     drawn = sum(b == "</s>" != a for r in records for a, b in zip(r["input"], r["input_noised"]))
     replaced = sum(
         a == "</s>" != b for r in records for a, b in zip(r["target"], r["target_noised"])

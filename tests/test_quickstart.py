@@ -1,6 +1,6 @@
 """recipes/quickstart.sh (the README's main job): its plans per device, a tiny real run with its
-progress lines, table and figure, and its one-line errors (slow tier); the device choice, the
-progress view and the table written from synthetic logs, in process (fast tier)."""
+status lines, table and figure, and its one-line errors (slow tier); the device choice and the
+table written from synthetic logs, in process (fast tier)."""
 
 import os
 import re
@@ -72,22 +72,6 @@ def test_device_auto_follows_torch(fake_torch, capsys):
     assert capsys.readouterr().err == "quickstart.sh: DEVICE must be auto, cpu or cuda, got 'tpu'\n"
 
 
-def test_progress_reads_the_epoch_and_its_share(tmp_path):
-    log = "\n".join(
-        [
-            "2026-11-22 13:09:39 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 266.2 | "
-            "nll_loss 7.654 | ppl 201.39 | wps 6273.8",
-            "2026-11-22 13:09:39 | INFO | train | epoch 001 | loss 294.1 | nll_loss 8.4 | ppl 338.49 | "
-            "wps 1925.6 | lr 1 | gnorm 6.6",
-            "2026-11-22 13:11:00 | INFO | train_inner | epoch 002:    332 / 1328 loss=250.0, ppl=150.0",
-        ]
-    )
-    path = tmp_path / "train.log"
-    path.write_text(log, encoding="utf-8")
-    done, train, valid, lr = quickstart.progress(str(path), max_epoch=5)
-    assert done == pytest.approx(1.25) and train == 338.49 and valid == 201.39 and lr == "1"
-
-
 def test_the_table_is_written_from_the_logs(tmp_path, monkeypatch):
     """The README's CPU table, rebuilt from logs holding its numbers."""
     drawn = {}
@@ -113,9 +97,7 @@ def test_the_table_is_written_from_the_logs(tmp_path, monkeypatch):
                 f"2026 | INFO | train | epoch {epoch:03d} | loss 8 | ppl {train_ppl} | wps 1",
             ]
         (run / "train.log").write_text("\n".join(lines) + "\n")
-        (run / "command.txt").write_text(
-            f"{REPO}/.venv/bin/fairseq-train data-bin --save-dir {run}"
-        )
+        (run / ".command").write_text(f"{REPO}/.venv/bin/fairseq-train data-bin --save-dir {run}")
         for split, ppl in (("valid", valid), ("test", test)):
             out = run / f"{split}.eval.log"
             out.write_text(
@@ -217,10 +199,16 @@ def test_a_tiny_run_shows_progress_and_ends_with_a_table_and_a_figure(tiny_ptb, 
     env = {"DEVICE": "cpu", "PTB_DIR": str(tiny_ptb), "WORK": str(work), "EPOCHS": "2"}
     proc = quickstart_sh(env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert re.search(r"^\[\d\d:\d\d:\d\d\] none: .* \| kn: ", proc.stdout, re.M), proc.stdout[
-        -2000:
-    ]
-    assert re.search(r"none: 2 epochs done, train ppl [\d.]+, valid ppl [\d.]+", proc.stdout)
+    # side by side, a status line per run: epoch, lr, halvings, last validation perplexity
+    assert (
+        "quickstart.sh: 2 trainings and 4 evaluations, 2 at a time, 1 threads each" in proc.stdout
+    )
+    assert re.search(r"^\[\d\d:\d\d:\d\d\]$", proc.stdout, re.M), proc.stdout[-2000:]
+    assert re.search(
+        r"^  none +epoch 2  lr [\d.]+  halvings \d/8  valid ppl [\d.]+  finished$",
+        proc.stdout,
+        re.M,
+    )
     table = (work / "results.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| (none|kn) \| ([\d.]+) \| (\d+) \| ([\d.]+) \| ([\d.]+) \|", table, re.M)
     assert [(r[0], r[1], r[2]) for r in rows] == [("none", "0", "2"), ("kn", "0.2", "2")]

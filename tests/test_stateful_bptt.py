@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGIN_DIR, build_task, run_cli
+from conftest import COMMON, TINY_NOISING_LM, build_task, lm_train_argv, run_cli
 
 from fairseq_noising.data.stateful_bptt_dataset import StatefulBPTTDataset
 
@@ -44,28 +44,11 @@ def test_two_ranks_own_disjoint_rows_that_cover_the_stream():
         assert ids[0] | ids[1] == set(whole.collater([whole[i]])["id"].tolist())
 
 
-def stateful_argv(data, *extra):
-    return [
-        data,
-        "--user-dir",
-        PLUGIN_DIR,
-        "--task",
-        "noised_language_modeling",
-        "--stateful-bptt",
-        "--arch",
-        "noising_lstm_lm_small",
-        "--hidden-size",
-        "16",
-        "--tokens-per-sample",
-        "35",
-        "--batch-size",
-        "5",
-        "--noise-scheme",
-        "kn",
-        "--noise-gamma",
-        "0.3",
-        *extra,
-    ]
+def stateful_argv(data, *extra, **options):
+    """These tests' command line: stateful BPTT over 5 rows with the 16-unit small model and KN
+    noising at gamma 0.3, unless ``options`` (lm_train_argv's) say otherwise."""
+    options = {"model": TINY_NOISING_LM, "scheme": "kn", "gamma": 0.3, **options}
+    return lm_train_argv(data, "--stateful-bptt", "--batch-size", 5, *extra, **options)
 
 
 class BackwardOnly:
@@ -109,7 +92,7 @@ def test_task_carries_detached_state_and_resets_it_each_epoch(ptb_small_bin):
 
 @pytest.mark.slow
 def test_carried_state_equals_one_long_forward(ptb_small_bin):
-    task, cfg = build_task(stateful_argv(ptb_small_bin, "--noise-scheme", "none"))
+    task, cfg = build_task(stateful_argv(ptb_small_bin, scheme="none"))
     task.load_dataset("valid")
     model = task.build_model(cfg.model).eval()
     task.begin_valid_epoch(1, model)
@@ -150,45 +133,13 @@ def perplexity(output):
 @pytest.mark.slow
 def test_stateful_evaluation_beats_block_by_block_on_one_checkpoint(ptb_small_bin, tmp_path):
     save = tmp_path / "ckpt"
-    run_cli(
-        [
-            "fairseq-train",
-            *stateful_argv(ptb_small_bin, "--hidden-size", "64", "--batch-size", "20"),
-            "--optimizer",
-            "sgd",
-            "--lr",
-            "1.0",
-            "--clip-norm",
-            "5",
-            "--sentence-avg",
-            "--max-epoch",
-            "2",
-            "--cpu",
-            "--num-workers",
-            "0",
-            "--log-format",
-            "simple",
-            "--save-dir",
-            save,
-            "--no-epoch-checkpoints",
-            "--disable-validation",
-        ]
-    )
-    evaluate = [
-        "fairseq-eval-lm",
-        ptb_small_bin,
-        "--user-dir",
-        PLUGIN_DIR,
-        "--task",
-        "noised_language_modeling",
-        "--path",
-        save / "checkpoint_last.pt",
-        "--gen-subset",
-        "valid",
-        "--tokens-per-sample",
-        "35",
-        "--cpu",
-    ]
+    model = ["--arch", "noising_lstm_lm_small", "--hidden-size", 64]
+    train = ["--batch-size", 20, "--sentence-avg", "--max-epoch", 2, "--disable-validation"]
+    train += ["--save-dir", save, "--no-epoch-checkpoints"]
+    run_cli(["fairseq-train", *stateful_argv(ptb_small_bin, *train, model=model, lr=1.0)])
+    evaluate = ["fairseq-eval-lm", ptb_small_bin, *COMMON, "--task", "noised_language_modeling"]
+    evaluate += ["--path", save / "checkpoint_last.pt", "--gen-subset", "valid"]
+    evaluate += ["--tokens-per-sample", 35]
     stateful = run_cli(evaluate + ["--stateful-bptt", "--batch-size", "1"])
     stateless = run_cli(evaluate + ["--batch-size", "20"])
     ppl_stateful = perplexity(stateful.stderr + stateful.stdout)

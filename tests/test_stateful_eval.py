@@ -24,13 +24,13 @@ import types
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGIN_DIR, PTB_TINY_LINES, build_task, run_cli
+from conftest import COMMON, PTB_SLICES, TINY_NOISING_LM, build_task, lm_train_argv, run_cli
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary, data_utils
 
 from fairseq_noising.data.stateful_bptt_dataset import StatefulBPTTDataset
 
-LINES = PTB_TINY_LINES
+LINES = PTB_SLICES["tiny"]
 
 
 @pytest.fixture(scope="module")
@@ -55,36 +55,10 @@ def stream_of(tiny, split):
 
 
 def train_argv(data, *extra):
-    return [
-        data,
-        "--user-dir",
-        PLUGIN_DIR,
-        "--task",
-        "noised_language_modeling",
-        "--stateful-bptt",
-        "--arch",
-        "noising_lstm_lm_small",
-        "--hidden-size",
-        16,
-        "--tokens-per-sample",
-        35,
-        "--batch-size",
-        5,
-        "--noise-scheme",
-        "none",
-        "--optimizer",
-        "sgd",
-        "--lr",
-        1.0,
-        "--clip-norm",
-        5,
-        "--cpu",
-        "--num-workers",
-        0,
-        "--seed",
-        1,
-        *extra,
-    ]
+    """The training run's command line (the Trainer of these tests is rebuilt from it): stateful
+    BPTT over 5 rows with the 16-unit small model, no noise, the paper's SGD, seed 1."""
+    flags = ["--stateful-bptt", "--batch-size", 5, "--seed", 1, *extra]
+    return lm_train_argv(data, *flags, model=TINY_NOISING_LM, scheme="none", lr=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +147,7 @@ def eval_lm(tiny, checkpoint, rows, subset="valid"):
         [
             "fairseq-eval-lm",
             tiny["bin"],
-            "--user-dir",
-            PLUGIN_DIR,
+            *COMMON,
             "--task",
             "noised_language_modeling",
             "--path",
@@ -186,9 +159,6 @@ def eval_lm(tiny, checkpoint, rows, subset="valid"):
             rows,
             "--tokens-per-sample",
             35,
-            "--cpu",
-            "--num-workers",
-            0,
             "--output-word-probs",
         ]
     )
@@ -270,8 +240,9 @@ def validate_cli(tiny, checkpoint, subsets):
         [
             "fairseq-validate",
             tiny["bin"],
-            "--user-dir",
-            PLUGIN_DIR,
+            *COMMON,
+            "--log-format",  # one JSON object of stats per subset, in place of COMMON's simple
+            "json",
             "--task",
             "noised_language_modeling",
             "--path",
@@ -280,11 +251,6 @@ def validate_cli(tiny, checkpoint, subsets):
             subsets,
             "--batch-size",
             3,
-            "--cpu",
-            "--num-workers",
-            0,
-            "--log-format",
-            "json",
         ]
     )
     stats = {}

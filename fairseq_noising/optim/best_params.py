@@ -1,7 +1,10 @@
-"""The best epoch's parameters for ``--lr-scheduler paper_halving``: kept on the CPU, copied back.
+"""The best epoch's parameters for ``--lr-scheduler paper_halving``: kept on the CPU, copied back,
+and read back from ``checkpoint_best.pt`` after a resume.
 
-See docs/paper_halving.md ("Restoring the best parameters").
+See docs/paper_halving.md ("Restoring the best parameters", "Resuming").
 """
+
+import os
 
 import torch
 
@@ -13,9 +16,9 @@ class BestParameters:
     """A CPU copy of the parameters that a fairseq optimizer updates, taken at the best epoch.
 
     ``update`` is the one way it is used: after an epoch's decision it either keeps the current
-    parameters as the best or copies the kept ones back in place. ``tensors`` (a list of CPU
-    tensors aligned with ``optimizer.params``, or None) is what the scheduler's state stores.
-    With ``enabled=False`` (``--no-restore-best``) it keeps nothing and restores nothing.
+    parameters as the best or copies the kept ones back in place. ``tensors`` is a list of CPU
+    tensors aligned with ``optimizer.params``, or None. With ``enabled=False``
+    (``--no-restore-best``) it keeps nothing and restores nothing.
     """
 
     def __init__(self, optimizer, enabled=True):
@@ -51,8 +54,17 @@ class BestParameters:
         if state is not None:
             state.clear()
 
+    def are_current(self, tensors) -> bool:
+        """Whether ``tensors`` hold exactly the values that the optimizer's parameters hold now."""
+        params = list(self.optimizer.params)
+        return len(tensors) == len(params) and all(
+            torch.equal(t, p.detach().to(device="cpu", dtype=t.dtype))
+            for t, p in zip(tensors, params)
+        )
+
     def load(self, saved):
-        """Takes ``tensors`` from a checkpoint (None: nothing kept), checked against the model."""
+        """Takes ``tensors`` kept in a checkpoint's scheduler state (None: none), checked against
+        the model."""
         if saved is None or not self.enabled:
             self.tensors = None
             return
@@ -66,3 +78,36 @@ class BestParameters:
         self.tensors = [
             s.detach().to(device="cpu", dtype=p.dtype, copy=True) for s, p in zip(saved, params)
         ]
+
+
+def read_best_checkpoint(trainer, optimizer) -> dict:
+    """What ``checkpoint_best.pt`` holds, for a scheduler that resumes without a kept copy.
+
+    Returns ``{"path", "updates", "value", "where", "tensors"}``: the number of updates and the
+    validation value it was saved with, where in training, and its values of
+    ``optimizer.params`` (new CPU tensors); or ``{"path", "error"}`` saying why it cannot be
+    used. Under data-parallel training rank 0 reads the file and every rank gets the result.
+    """
+    if trainer is None:
+        return {
+            "path": "checkpoint_best.pt",
+            "error": "cannot be located: the scheduler is not driven by a fairseq Trainer",
+        }
+    path = fairseq_compat.checkpoint_path(trainer, "checkpoint_best")
+    return fairseq_compat.from_first_rank(trainer, lambda: _read(path, trainer, optimizer))
+
+
+def _read(path, trainer, optimizer):
+    if not os.path.isfile(path):
+        return {"path": path, "error": "is missing"}
+    try:  # mmap: only the tensors used are read from disk
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # a truncated or foreign file: zip, pickle or torch errors
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return {"path": path, "error": f"cannot be read ({reason})"}
+    updates, value, where = fairseq_compat.checkpoint_position(state)
+    try:
+        tensors = fairseq_compat.optimizer_values(trainer, optimizer, state)
+    except ValueError as e:
+        return {"path": path, "error": f"does not match the model ({e})"}
+    return {"path": path, "updates": updates, "value": value, "where": where, "tensors": tensors}

@@ -16,12 +16,15 @@ from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
 from omegaconf import II
 
 from fairseq_noising import fairseq_compat
-from fairseq_noising.optim.best_params import BestParameters
+from fairseq_noising.errors import NoisingError
+from fairseq_noising.optim.best_params import BestParameters, read_best_checkpoint
 from fairseq_noising.optim.paper_halving_checks import check_config
 
 logger = logging.getLogger(__name__)
 
-_STATE_VERSION = 1
+# 2: the best parameters are read back from checkpoint_best.pt ("best_updates" says which save
+# holds them) instead of being kept in every checkpoint; version 1 states still load
+_STATE_VERSION = 2
 
 
 @dataclass
@@ -59,6 +62,7 @@ class PaperHalvingLRScheduleConfig(FairseqDataclass):
     sentence_avg: bool = II("optimization.sentence_avg")
     best_checkpoint_metric: str = II("checkpoint.best_checkpoint_metric")
     maximize_best_checkpoint_metric: bool = II("checkpoint.maximize_best_checkpoint_metric")
+    save_interval: int = II("checkpoint.save_interval")
     save_interval_updates: int = II("checkpoint.save_interval_updates")
     disable_validation: bool = II("dataset.disable_validation")
     validate_interval: int = II("dataset.validate_interval")
@@ -78,6 +82,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.lr = float(cfg.lr[0])
         self.best = None  # best validation value so far (lower is better)
         self.best_epoch = None
+        self.best_updates = None  # number of updates when the best was validated (and saved)
         self.best_copy = BestParameters(optimizer, enabled=not cfg.no_restore_best)
         self.halvings = 0
         self.halving_started = False  # threshold rule: halve after every epoch from now on
@@ -88,6 +93,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.fairseq_best = None  # fairseq's running best as seen after the last decision
         self._pending_epoch = None  # resume: the epoch whose decision the checkpoint lacks
         self._fairseq_best_at_load = None
+        self._best_checkpoint = None  # resume: what checkpoint_best.pt holds (read_best_checkpoint)
         self.optimizer.set_lr(self.lr)
 
     @property
@@ -100,14 +106,24 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         """True once the epochs at the last halved rate stopped improving (the rate is then 0)."""
         return self.halvings > self.cfg.halvings
 
+    @property
+    def keeps_copy_in_checkpoint(self):
+        """Whether checkpoints carry the best parameters themselves, because checkpoint_best.pt
+        may not hold them: fairseq saves (and validates) inside epochs with
+        ``--save-interval-updates``, skips epochs with ``--save-interval`` > 1, and a version 1
+        state does not say which save holds them."""
+        cfg = self.cfg
+        return self.best_updates is None or cfg.save_interval_updates > 0 or cfg.save_interval > 1
+
     def state_dict(self):
         """Tensors, numbers, booleans, None, lists and dicts only (torch's safe loader)."""
-        best_params = self.best_copy.tensors
+        best_params = self.best_copy.tensors if self.keeps_copy_in_checkpoint else None
         return {
             "version": _STATE_VERSION,
             "lr": self.lr,
             "best": self.best,
             "best_epoch": self.best_epoch,
+            "best_updates": self.best_updates,
             "halvings": self.halvings,
             "halving_started": self.halving_started,
             "last_loss": self.last_loss,
@@ -130,6 +146,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.lr = float(state_dict["lr"])
         self.best = state_dict["best"]
         self.best_epoch = state_dict["best_epoch"]
+        self.best_updates = state_dict.get("best_updates")  # version 1: unknown
         self.halvings = int(state_dict["halvings"])
         self.halving_started = bool(state_dict["halving_started"])
         self.last_loss = state_dict["last_loss"]
@@ -137,13 +154,25 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.last_step_epoch = state_dict["last_step_epoch"]
         self.num_updates = int(state_dict["num_updates"])
         self.fairseq_best = state_dict["fairseq_best"]
-        self.best_copy.load(state_dict["best_params"])
-        if self.best is not None and self.best_copy.enabled and self.best_copy.tensors is None:
-            logger.warning(
-                "paper_halving: the checkpoint holds no copy of the best parameters "
-                "(saved with --no-restore-best?); they cannot be restored until the next "
-                "improvement"
-            )
+        kept = state_dict.get("best_params")
+        self.best_copy.load(kept)
+        self._best_checkpoint = None
+        if self.best is not None and self.best_copy.enabled and kept is None:
+            if self.best_updates is None:
+                logger.warning(
+                    "paper_halving: the checkpoint holds no copy of the best parameters "
+                    "(saved with --no-restore-best?); they cannot be restored until the next "
+                    "improvement"
+                )
+            else:  # checked once the replay below has settled what the best is
+                found = read_best_checkpoint(fairseq_compat.trainer_of(self), self.optimizer)
+                # written by the save resumed from: same updates, and the model loaded from it
+                found["saved_here"] = (
+                    found.get("updates") == self.num_updates
+                    and found.get("value") is not None
+                    and self.best_copy.are_current(found["tensors"])
+                )
+                self._best_checkpoint = found
         if self.finished:
             self.lr = 0.0  # the run had ended, or --halvings was lowered on resume
         # fairseq saves the end-of-epoch checkpoint before it calls step(): replay that decision
@@ -162,6 +191,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
                 self._pending_epoch,
             )
             self._pending_epoch = None
+        self._settle_best_checkpoint()
         self.epoch = epoch
         self.optimizer.set_lr(self.lr)
         return self.lr
@@ -169,7 +199,8 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
     def step(self, epoch, val_loss=None):
         """Called by the trainer after each epoch's validation (and with no loss on loading)."""
         if val_loss is None:
-            self._maybe_replay(epoch)
+            if not self._maybe_replay(epoch):
+                self._settle_best_checkpoint()
         else:
             self._pending_epoch = None
             self.epoch = max(self.epoch, epoch)
@@ -201,7 +232,9 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         if improved:
             self.best = val
         if improved or tie:
-            self.best_epoch = epoch
+            self.best_epoch, self.best_updates = epoch, self.num_updates
+        else:
+            self._take_best_checkpoint()
         restored = self.best_copy.update(is_best=improved or tie)
 
         rel = None
@@ -258,10 +291,11 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
 
     def _maybe_replay(self, epoch):
         """On resume, applies the decision for the epoch at whose end the checkpoint was saved,
-        reading its loss from fairseq's restored best (docs/paper_halving.md, "Resuming")."""
+        reading its loss from checkpoint_best.pt if that save wrote it, else from fairseq's
+        restored best (docs/paper_halving.md, "Resuming"). True while waiting for the latter."""
         pending = self._pending_epoch
         if pending is None:
-            return
+            return False
         validated = (
             pending % self.cfg.validate_interval == 0
             and self.num_updates >= self.cfg.validate_after_updates
@@ -269,10 +303,10 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         if epoch != pending + 1 or not validated:
             # a mid-epoch checkpoint (fairseq resumes inside epoch `pending`), or no validation
             self._pending_epoch = None
-            return
+            return False
         fairseq_best = fairseq_compat.best_validation_value(None)
         if fairseq_best is None or fairseq_best is self._fairseq_best_at_load:
-            return  # fairseq has not restored its best from this checkpoint yet; next call
+            return True  # fairseq has not restored its best from this checkpoint yet; next call
         self._pending_epoch = None
         if self.cfg.validate_interval_updates > 0 or self.cfg.save_interval_updates > 0:
             logger.warning(
@@ -281,16 +315,74 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
                 "that epoch's loss, so the decision is not replayed",
                 pending,
             )
-            return
+            return False
         fairseq_best = float(fairseq_best)
+        found = self._best_checkpoint or {}
+        # if this save wrote checkpoint_best.pt, the epoch's value is there (a tie included)
+        here = found.get("saved_here", False)
+        value = float(found["value"]) if here else fairseq_best
         logger.info(
             "paper_halving: resuming after epoch %d, saved before its decision; replaying it "
-            "from fairseq's best validation value %.6g",
+            "from %s %.6g",
             pending,
-            fairseq_best,
+            f"the validation value saved with it in {found['path']}:"
+            if here
+            else "fairseq's best validation value",
+            value,
         )
-        if self.fairseq_best is None or fairseq_best < self.fairseq_best:
-            self._decide(pending, fairseq_best)
+        if here or self.fairseq_best is None or fairseq_best < self.fairseq_best:
+            self._decide(pending, value)
         else:
             self._decide(pending, math.inf, known=False)
         self.fairseq_best = fairseq_best
+        return False
+
+    def _settle_best_checkpoint(self):
+        """At the end of a resume: the best parameters are kept, replayed or in checkpoint_best.pt.
+
+        A save inside an epoch (``--stop-time-hours``, ``--max-update``) validates, and fairseq
+        writes checkpoint_best.pt there if the value is not above its best: that point then
+        becomes the best, so that the parameters stay those of checkpoint_best.pt."""
+        found = self._best_checkpoint
+        if found is None or self.best_copy.tensors is not None:
+            self._best_checkpoint = None
+            return
+        value = float(found["value"]) if found.get("saved_here") else math.inf
+        if value <= self.best and self.num_updates != self.best_updates:
+            logger.info(
+                "paper_halving: resuming at %s, where %s was saved (valid %s %.6g, best so far "
+                "%.6g at epoch %d): it becomes the best, restored after a non-improving epoch",
+                found["where"],
+                found["path"],
+                self.cfg.best_checkpoint_metric,
+                value,
+                self.best,
+                self.best_epoch,
+            )
+            self.best, self.best_epoch, self.best_updates = value, self.epoch, self.num_updates
+            if self.fairseq_best is None or self.best < self.fairseq_best:
+                self.fairseq_best = self.best
+        self._take_best_checkpoint()
+
+    def _take_best_checkpoint(self):
+        """After a resume, takes the best parameters from checkpoint_best.pt if it holds them."""
+        found, self._best_checkpoint = self._best_checkpoint, None
+        if found is None or self.best_copy.tensors is not None:
+            return
+        if "error" not in found and found["updates"] == self.best_updates:
+            if found["value"] is not None and float(found["value"]) == self.best:
+                self.best_copy.tensors = found["tensors"]
+                logger.info(
+                    "paper_halving: the parameters of the best epoch %d are those of %s",
+                    self.best_epoch,
+                    found["path"],
+                )
+                return
+        problem = found.get("error") or f"holds {found['where']} (valid {found['value']})"
+        raise NoisingError(
+            f"--lr-scheduler paper_halving: {found['path']} {problem}, but resuming needs the "
+            f"parameters of the best epoch {self.best_epoch} (valid "
+            f"{self.cfg.best_checkpoint_metric} {self.best:.6g}, {self.best_updates} updates) "
+            "that it held; put that run's checkpoint_best.pt back, or pass --reset-lr-scheduler "
+            "to start the protocol afresh (or --no-restore-best to go on without restoring)"
+        )

@@ -11,7 +11,7 @@ from typing import Dict
 
 logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its import-time debug chatter
 
-from ...errors import NoisingError  # noqa: E402
+from ...errors import NoisingError, exit_on_error  # noqa: E402
 from . import curves, kl, mc_eval, pseudocounts, sweep, unseen  # noqa: E402
 from .common import write_json  # noqa: E402
 
@@ -57,4 +57,4 @@ def cli_main():
         force=True,
     )
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    main()  # a NoisingError ends it with its one line and exit status 1
+    exit_on_error(main)  # a NoisingError: its one line on stderr, exit status 1

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from typing import Dict
 
-from ...errors import NoisingError
+from ...errors import NoisingError, exit_on_error
 from .collect import Preview
 from .options import get_preview_parser, load_task, parse_args
 from .report import print_summary
@@ -55,7 +55,7 @@ def cli_main():
     # fairseq's imports switch the root logger to INFO; the preview prints its own summary
     logging.getLogger().setLevel(logging.WARNING)
     try:
-        main()  # a NoisingError ends it with its one line and exit status 1
+        exit_on_error(main)  # a NoisingError: its one line on stderr, exit status 1
     except BrokenPipeError:  # e.g. piped into head
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -1,0 +1,464 @@
+#!/usr/bin/env python
+"""Training throughput of N ``fairseq-train`` runs side by side: how many runs one device carries.
+
+For each N of ``--runs`` it starts N copies of the training command of ``recipes/ptb.sh``, lets
+them train for a fixed time, and prints updates/s per run (mean and slowest) and summed over the
+N runs, with the speed-up of the sum over N=1.
+
+The command is the recipe's own: the one ``fairseq-train`` line (``+ ...``) that
+``SIZE=<size> SCHEMES=none DEVICE=<device> WORK=<tmp> bash recipes/ptb.sh --dry-run`` prints,
+with ``--arch noising_lstm_lm_<size>`` mapped onto ``SIZE``. PTB is binarized once with the
+recipe's ``fairseq-preprocess`` line (also printed by the dry run) into a temporary folder, or
+``--data-bin DIR`` is read instead. Each run then changes only its ``--save-dir`` (its own
+folder), ``--max-epoch`` (100000, so that training cannot end during the measurement) and
+``--log-interval`` (1 on the CPU, 10 on a GPU). Other recipe settings in the environment
+(``HIDDEN``, ``DROPOUT``, ``EXTRA_ARGS``, ...) apply as they do to the recipe. Each run gets
+``--threads`` CPU threads (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``; default 1). On a GPU all
+runs share one device: the first of ``CUDA_VISIBLE_DEVICES`` (0 when unset), since fairseq
+otherwise trains one run across every visible GPU.
+
+Measurement: a thread per run reads its output and stamps every ``train_inner`` log line with
+the time it arrived and the line's ``num_updates``. Process start, data loading and the first
+updates are warm-up: the window opens once every run has logged ``--warmup-updates`` updates
+(default 5 log intervals) and closes ``--seconds`` later, the same window for all N runs. A run's
+update count at the window's two ends is interpolated between its log lines around them, and its
+updates/s is the difference over the window's length. What happens between updates counts as it
+does in a real run (the validation and checkpoints at an epoch's end, 1,328 updates on PTB, when
+the window crosses one). The summed figure is the sum of the per-run figures: the updates all N
+runs made in the window, per second.
+
+``--mps`` runs every N under the NVIDIA Multi-Process Service (``recipes/mps.py``: a daemon of
+its own under the temporary folder, stopped at the end). Every process started here runs in its
+own process group, killed after each N, on an error and on Ctrl-C; the temporary folder is removed
+unless ``--keep``.
+
+    python bench/bench_concurrency.py --runs 1,4,7,9 --seconds 60 --arch noising_lstm_lm_medium
+    python bench/bench_concurrency.py --device cpu --arch noising_lstm_lm_small --runs 1,2
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _common  # noqa: E402
+
+REPO = _common.REPO
+sys.path.insert(0, str(REPO / "recipes"))
+
+from mps import mps_daemon  # noqa: E402
+
+PROG = "bench_concurrency.py"
+SIZES = ("small", "medium", "large")
+MAX_EPOCH = "100000"
+STARTUP_TIMEOUT = 900.0  # s for every run to start and finish its warm-up
+LAST_LINE_TIMEOUT = 300.0  # s for every run to log a line after the window closed
+GRACE = 5.0  # s between SIGTERM and SIGKILL when the runs are stopped
+# a run's data loader passes batches through a socket TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, and
+# a socket's path has at most 107 characters (longer, the run hangs)
+SOCKET_PATH_ROOM = 107 - len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+UPDATES = re.compile(r"num_updates\W+(\d+)")  # simple ("num_updates=10") and json log formats
+
+
+def fail(message: str) -> None:
+    raise SystemExit(f"{PROG}: error: {message}")
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+
+    return parse
+
+
+def run_counts(text):
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(
+            f"expected distinct positive run counts separated by commas, such as 1,4,7,9; "
+            f"got {text!r}"
+        )
+    return counts
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    parser.add_argument("--runs", type=run_counts, default=[1, 2], help="run counts N (1,2)")
+    parser.add_argument("--seconds", type=positive(float), default=60.0, help="window (60)")
+    parser.add_argument(
+        "--arch",
+        default="noising_lstm_lm_medium",
+        choices=[f"noising_lstm_lm_{size}" for size in SIZES],
+        help="the model, the recipe's SIZE (noising_lstm_lm_medium)",
+    )
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if torch sees one")
+    parser.add_argument("--mps", action="store_true", help="run under the NVIDIA MPS (cuda)")
+    parser.add_argument("--threads", type=positive(int), default=1, help="CPU threads a run (1)")
+    parser.add_argument(
+        "--ptb-dir", type=Path, default=_common.default_ptb_dir(), help="PTB text (%(default)s)"
+    )
+    parser.add_argument("--data-bin", type=Path, help="binarized PTB to read instead of binarizing")
+    parser.add_argument("--log-interval", type=positive(int), help="1 on the CPU, 10 on a GPU")
+    parser.add_argument("--warmup-updates", type=positive(int), help="5 log intervals")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args(argv)
+    if args.data_bin is None:
+        _common.check_ptb(args.ptb_dir)
+    else:
+        missing = [
+            name
+            for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
+            if not (args.data_bin / name).is_file()
+        ]
+        if missing:
+            fail(
+                f"--data-bin {args.data_bin} lacks {', '.join(missing)} (expected the output of "
+                "fairseq-preprocess --only-source on PTB)"
+            )
+    if args.json is not None and not args.json.parent.is_dir():
+        fail(f"--json {args.json}: folder {args.json.parent} does not exist")
+    return args
+
+
+def choose_device(asked):
+    if asked == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if asked == "cuda":
+        fail(f"--device cuda but torch {torch.__version__} sees no GPU")
+    return "cpu"
+
+
+# ------------------------------------------------------------------ the recipe's commands
+
+
+def recipe_commands(size, device, work, ptb_dir):
+    """(preprocessing command, training command) of ``recipes/ptb.sh --dry-run``, as argv lists."""
+    env = {**os.environ, "SIZE": size, "SCHEMES": "none", "DEVICE": device, "WORK": str(work)}
+    env["VENV"] = sys.prefix  # the recipe uses this interpreter's environment
+    env.pop("PTB_DIR", None)
+    if ptb_dir is not None:
+        env["PTB_DIR"] = str(Path(ptb_dir).resolve())
+    proc = subprocess.run(
+        ["bash", "recipes/ptb.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        fail(f"recipes/ptb.sh --dry-run failed (exit {proc.returncode}): {last}")
+    lines = [line[2:] for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    found = {}
+    for program in ("fairseq-preprocess", "fairseq-train"):
+        commands = [shlex.split(line) for line in lines if program in line]
+        if len(commands) != 1:
+            fail(f"recipes/ptb.sh --dry-run printed {len(commands)} {program} lines, expected one")
+        found[program] = commands[0]
+    return found["fairseq-preprocess"], found["fairseq-train"]
+
+
+def with_flag(cmd, flag, value):
+    """cmd with ``flag value`` in place of the flag's value, or added at the end."""
+    cmd = list(cmd)
+    if flag in cmd:
+        cmd[cmd.index(flag) + 1] = str(value)
+    else:
+        cmd += [flag, str(value)]
+    return cmd
+
+
+def flag_value(cmd, flag):
+    if flag not in cmd[:-1]:
+        fail(f"the recipe's command {shlex.join(cmd)} has no {flag}")
+    return cmd[cmd.index(flag) + 1]
+
+
+def run_logged(cmd, log: Path, what):
+    """Runs cmd (in a process group of its own, killed if this is interrupted) into log."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = proc.wait()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if code != 0:
+        tail = "\n".join(log.read_text().splitlines()[-10:])
+        fail(f"{what} failed (exit {code}): {shlex.join(cmd)}\n{tail}")
+
+
+# ------------------------------------------------------------------ the runs
+
+
+class Run:
+    """One fairseq-train process in a process group of its own; a thread reads its output."""
+
+    def __init__(self, cmd, folder: Path, env):
+        folder.mkdir(parents=True)
+        self.log = open(folder / "train.log", "w")
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.times, self.updates = [], []  # of each train_inner line: arrival, num_updates
+        self.tail = deque(maxlen=10)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            self.log.write(line)
+            self.tail.append(line.rstrip())
+            found = "train_inner" in line and UPDATES.search(line)
+            if found:
+                self.updates.append(int(found.group(1)))
+                self.times.append(now)  # last: updates is never shorter than times
+
+    def last(self):
+        """(arrival time, num_updates) of the latest train_inner line, or (-inf, 0)."""
+        n = len(self.times)
+        return (self.times[n - 1], self.updates[n - 1]) if n else (-math.inf, 0)
+
+    def updates_at(self, t):
+        """num_updates at time t, interpolated between the log lines before and after it."""
+        n = len(self.times)
+        return float(np.interp(t, self.times[:n], self.updates[:n]))
+
+
+def stop(runs):
+    """SIGTERM to every run's process group, SIGKILL to what is left after GRACE seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for run in runs:
+            try:
+                os.killpg(run.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + GRACE
+        for run in runs:
+            try:
+                run.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+    for run in runs:
+        run.reader.join(GRACE)
+        run.log.close()
+
+
+def wait_until(runs, ready, deadline, waiting_for):
+    """Polls until ready(run) holds for every run; fails when a run exits or at the deadline."""
+    while True:
+        for i, run in enumerate(runs, 1):
+            code = run.proc.poll()
+            if code is not None:
+                run.reader.join(GRACE)
+                tail = "\n".join(run.tail)
+                fail(
+                    f"run {i} of {len(runs)} exited (code {code}) before {waiting_for}; its last "
+                    f"lines (--keep keeps its whole log):\n{tail}"
+                )
+        if all(ready(run) for run in runs):
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            late = [i for i, run in enumerate(runs, 1) if not ready(run)]
+            fail(f"run(s) {late} of {len(runs)} did not reach {waiting_for} within the time limit")
+        time.sleep(0.05)
+
+
+def measure(n, cmd, folder: Path, env, seconds, warmup):
+    """updates/s of each of n runs of cmd side by side, over one window after the warm-up."""
+    runs = []
+    try:
+        for i in range(1, n + 1):
+            save = folder / f"run{i}"
+            runs.append(Run(with_flag(cmd, "--save-dir", save), save, env))
+        started = time.monotonic()
+        opened = wait_until(
+            runs,
+            lambda run: run.last()[1] >= warmup,
+            started + STARTUP_TIMEOUT,
+            f"the end of the warm-up ({warmup} updates)",
+        )
+        print(f"N={n}: warm after {opened - started:.1f} s; measuring {seconds:g} s", flush=True)
+        closes = opened + seconds
+        wait_until(
+            runs,
+            lambda run: run.last()[0] > closes,
+            closes + LAST_LINE_TIMEOUT,
+            "a log line after the window",
+        )
+        return [(run.updates_at(closes) - run.updates_at(opened)) / seconds for run in runs]
+    finally:
+        stop(runs)
+
+
+# ------------------------------------------------------------------ the table
+
+
+def summarize(counts, per_run):
+    rows = []
+    for n, rates in zip(counts, per_run):
+        rows.append(
+            {
+                "runs": n,
+                "per_run": rates,
+                "mean": statistics.mean(rates),
+                "min": min(rates),
+                "sum": math.fsum(rates),
+            }
+        )
+    alone = next((row["sum"] for row in rows if row["runs"] == 1), None)
+    for row in rows:
+        row["speedup"] = None if alone is None else row["sum"] / alone
+    return rows
+
+
+def table(rows):
+    lines = [
+        f"{'N':>4}  {'updates/s per run':>17}  {'slowest run':>11}  {'summed':>10}  "
+        f"{'speed-up over N=1':>17}"
+    ]
+    for row in rows:
+        speedup = "n/a" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+        lines.append(
+            f"{row['runs']:>4}  {row['mean']:>17.2f}  {row['min']:>11.2f}  {row['sum']:>10.2f}  "
+            f"{speedup:>17}"
+        )
+    return "\n".join(lines)
+
+
+def training_command(args, device, work: Path, log_interval):
+    """The recipe's training command on binarized PTB (made here from the recipe's preprocessing
+    command unless --data-bin), with --max-epoch and --log-interval set for the measurement."""
+    size = args.arch[len("noising_lstm_lm_") :]
+    ptb_dir = None if args.data_bin else args.ptb_dir
+    prep, train = recipe_commands(size, device, work, ptb_dir)
+    destdir = flag_value(prep, "--destdir")
+    if destdir not in train:
+        fail(f"the recipe's training command does not read {destdir}: {shlex.join(train)}")
+    if args.data_bin is None:
+        print(f"{PROG}: binarizing PTB: {shlex.join(prep)}", flush=True)
+        run_logged(prep, work / "preprocess.log", "binarizing PTB")
+    else:
+        train = [str(args.data_bin.resolve()) if arg == destdir else arg for arg in train]
+    return with_flag(with_flag(train, "--max-epoch", MAX_EPOCH), "--log-interval", log_interval)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = choose_device(args.device)
+    log_interval = args.log_interval or (1 if device == "cpu" else 10)
+    warmup = args.warmup_updates or 5 * log_interval
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "MKL_NUM_THREADS": str(args.threads),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if device == "cuda":  # one GPU for every run (and for the MPS daemon)
+        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        os.environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+    with ExitStack() as stack:
+        work = Path(tempfile.mkdtemp(prefix="bench-concurrency-"))
+        if args.keep:
+            stack.callback(print, f"{PROG}: kept {work}")
+        else:
+            stack.callback(shutil.rmtree, work, ignore_errors=True)
+        env["TMPDIR"] = str(work / "tmp")  # what killed runs leave there goes with the folder
+        if len(env["TMPDIR"]) > SOCKET_PATH_ROOM:
+            fail(
+                f"the runs' temporary folder {env['TMPDIR']} is too long a path for their sockets "
+                f"(at most {SOCKET_PATH_ROOM} characters): set TMPDIR to a shorter folder"
+            )
+        (work / "tmp").mkdir()
+        if args.mps:
+            env.update(
+                stack.enter_context(
+                    mps_daemon(work / "mps", prog=PROG, flag="--mps", device=device)
+                )
+            )
+        cmd = training_command(args, device, work, log_interval)
+        shown = shlex.join(with_flag(cmd, "--save-dir", work / "n<N>" / "run<i>"))
+        print(_common.machine_line(), flush=True)
+        print(
+            f"{args.arch} on {device}{' under MPS' if args.mps else ''}, {args.threads} thread(s) "
+            f"a run; window {args.seconds:g} s after {warmup} warm-up updates; each run:\n  {shown}",
+            flush=True,
+        )
+        per_run = []
+        for n in args.runs:
+            print(f"N={n}: starting {n} run(s)", flush=True)
+            per_run.append(measure(n, cmd, work / f"n{n}", env, args.seconds, warmup))
+            print(f"N={n}: updates/s " + ", ".join(f"{r:.2f}" for r in per_run[-1]), flush=True)
+    rows = summarize(args.runs, per_run)
+    print(table(rows), flush=True)
+    if args.json is not None:
+        report = {
+            "machine": _common.machine_line(),
+            "arch": args.arch,
+            "device": device,
+            "mps": args.mps,
+            "threads": args.threads,
+            "seconds": args.seconds,
+            "warmup_updates": warmup,
+            "log_interval": log_interval,
+            "command": shown,
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(f"{PROG}: interrupted; every run it started was stopped")

@@ -1,0 +1,108 @@
+"""The NVIDIA Multi-Process Service (MPS) for runs that share one GPU.
+
+Without MPS, the CUDA processes of one GPU take turns: each holds the GPU for a time slice, and
+small kernels of one process never run beside another's. Under MPS their kernels share the GPU.
+:func:`mps_daemon` starts a control daemon of its own (pipe and log folders under ``folder``, so it
+neither meets nor stops any other daemon of the machine), checks that a CUDA process can connect,
+hands back the environment that points child processes at it, and stops that daemon, and only
+that one, when the ``with`` block ends: normally, on an error, or on Ctrl-C.
+
+    with mps_daemon(work / "mps", prog="ptb.sh", flag="MPS=1", device="cuda") as env:
+        subprocess.Popen(cmd, env={**os.environ, **env})
+
+Every refusal is one line (``SystemExit``) before anything else runs: a device other than cuda,
+no ``nvidia-cuda-mps-control`` on PATH, a daemon already serving that folder, one that does not
+start or does not answer, a CUDA process that cannot connect.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from typing import Dict, Iterator, Optional
+
+CONTROL = "nvidia-cuda-mps-control"
+# a CUDA process that connects: under MPS, its first CUDA call goes through the daemon's server
+PROBE = [
+    sys.executable,
+    "-c",
+    "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()",
+]
+
+
+def _fail(prog: str, message: str) -> None:
+    raise SystemExit(f"{prog}: {message}")
+
+
+def _control(env: Dict[str, str], command: Optional[str], timeout: float):
+    """Runs nvidia-cuda-mps-control (``-d`` when command is None, else the command on its stdin)."""
+    args = [CONTROL] + (["-d"] if command is None else [])
+    try:
+        return subprocess.run(
+            args,
+            input=None if command is None else command + "\n",
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _answers(env: Dict[str, str]) -> bool:
+    proc = _control(env, "get_server_list", timeout=10)
+    return proc is not None and proc.returncode == 0
+
+
+@contextmanager
+def mps_daemon(
+    folder: str, prog: str, flag: str = "MPS=1", device: str = "cuda"
+) -> Iterator[Dict[str, str]]:
+    """Starts an MPS control daemon in ``folder`` (pipe/, log/); yields the variables that point a
+    CUDA process at it; stops it when the block ends."""
+    if device != "cuda":
+        _fail(prog, f"{flag} needs a CUDA device (MPS shares one GPU), got device {device}")
+    if shutil.which(CONTROL) is None:
+        _fail(prog, f"{flag} needs {CONTROL} (part of the NVIDIA driver) on PATH; it is not there")
+    folder = os.path.abspath(folder)
+    env = {
+        "CUDA_MPS_PIPE_DIRECTORY": os.path.join(folder, "pipe"),
+        "CUDA_MPS_LOG_DIRECTORY": os.path.join(folder, "log"),
+    }
+    for path in env.values():
+        os.makedirs(path, exist_ok=True)
+    log = os.path.join(env["CUDA_MPS_LOG_DIRECTORY"], "control.log")
+    if _answers(env):
+        _fail(
+            prog,
+            f"an MPS daemon already serves {env['CUDA_MPS_PIPE_DIRECTORY']} (is another run "
+            f"using this folder?); stop it with: echo quit | "
+            f"CUDA_MPS_PIPE_DIRECTORY={env['CUDA_MPS_PIPE_DIRECTORY']} {CONTROL}",
+        )
+    started = _control(env, None, timeout=30)
+    if started is None or started.returncode != 0:
+        code = "no answer in 30 s" if started is None else f"exit {started.returncode}"
+        _fail(prog, f"{flag}: {CONTROL} -d did not start ({code}); see {log}")
+    try:
+        if not _answers(env):
+            _fail(prog, f"{flag}: the MPS daemon does not answer; see {log}")
+        try:
+            probe = subprocess.run(
+                PROBE, env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+            )
+            error = probe.returncode != 0 and (probe.stderr.strip().splitlines() or ["?"])[-1]
+        except subprocess.TimeoutExpired:
+            error = "no answer in 120 s"
+        if error:
+            _fail(
+                prog,
+                f"{flag}: a CUDA process cannot connect to the MPS daemon ({error}); see {log}",
+            )
+        print(f"{prog}: MPS daemon started ({env['CUDA_MPS_PIPE_DIRECTORY']})", flush=True)
+        yield env
+    finally:
+        stopped = _control(env, "quit", timeout=30)
+        if stopped is None or stopped.returncode != 0:
+            print(f"{prog}: the MPS daemon did not stop; see {log}", file=sys.stderr, flush=True)

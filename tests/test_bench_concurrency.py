@@ -1,0 +1,208 @@
+"""bench/bench_concurrency.py: N fairseq-train runs of the PTB recipe's command side by side.
+
+The slow test runs it on the CPU with the small model for N=1 and N=2 on the binarized PTB the
+other tests share (``--data-bin``: binarizing again would double the test's time) and checks its
+table and --json numbers against each other, the command against the recipe's dry run, and that
+nothing it started is left. The fast tests check its refusals, which come before anything runs.
+"""
+
+import json
+import math
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CLI_ENV, REPO, require_shared
+
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_concurrency  # noqa: E402
+
+ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x$")
+CHANGED = {"--save-dir", "--max-epoch", "--log-interval"}  # the flags each run sets
+
+
+def recipe_training_command(tmp: Path, ptb: Path):
+    env = {**CLI_ENV, "SIZE": "small", "SCHEMES": "none", "PTB_DIR": str(ptb)}
+    env.update(WORK=str(tmp / "recipe"), DEVICE="cpu", VENV=sys.prefix)
+    out = subprocess.run(
+        ["bash", "recipes/ptb.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True
+    ).stdout
+    (line,) = [
+        line[2:] for line in out.splitlines() if line.startswith("+ ") and "fairseq-train" in line
+    ]
+    return shlex.split(line)
+
+
+def without_changed_flags(cmd):
+    """cmd minus the data folder and the flags the benchmark sets per run."""
+    kept, args = [cmd[0]], iter(cmd[2:])
+    for arg in args:
+        if arg in CHANGED:
+            next(args)
+        else:
+            kept.append(arg)
+    return kept
+
+
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path for the benchmark's TMPDIR: its runs' sockets live below it,
+    and the paths of pytest's own folders are too long for them."""
+    folder = Path(tempfile.mkdtemp(prefix="bc-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def processes_naming(text: str):
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().decode(errors="replace"):
+                found.append(cmdline.parent.name)
+        except OSError:  # the process ended meanwhile
+            pass
+    return found
+
+
+@pytest.mark.slow
+def test_runs_side_by_side_on_the_cpu(tmp_path, short_tmp, ptb_bin):
+    ptb = require_shared("ptb")
+    tmp = short_tmp  # the benchmark's temporary folder goes here
+    out = tmp_path / "figures.json"
+    argv = ["--device", "cpu", "--arch", "noising_lstm_lm_small", "--runs", "1,2"]
+    argv += ["--seconds", "10", "--data-bin", str(ptb_bin), "--json", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "bench_concurrency.py")] + argv,
+        env={**CLI_ENV, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # on SIGTERM the benchmark stops its runs and removes its folder
+        stdout, stderr = proc.communicate(timeout=60)
+        pytest.fail(f"no result in 300 s:\n{stdout[-3000:]}{stderr[-3000:]}")
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert processes_naming(str(tmp)) == [], "processes of the benchmark are still running"
+    assert list(tmp.iterdir()) == [], "the temporary folder was not removed"
+
+    figures = json.loads(out.read_text())
+    rows = figures["rows"]
+    assert [row["runs"] for row in rows] == [1, 2]
+    for row in rows:
+        rates = row["per_run"]
+        assert len(rates) == row["runs"] and min(rates) > 0
+        assert row["sum"] == pytest.approx(math.fsum(rates), rel=1e-12)
+        assert row["mean"] == pytest.approx(row["sum"] / row["runs"], rel=1e-12)
+        assert row["min"] == min(rates)
+        assert row["speedup"] == pytest.approx(row["sum"] / rows[0]["sum"], rel=1e-12)
+
+    printed = [ROW.match(line) for line in stdout.splitlines()]
+    printed = [[float(x) for x in m.groups()] for m in printed if m]
+    expected = [[r["runs"], r["mean"], r["min"], r["sum"], r["speedup"]] for r in rows]
+    assert printed == [[round(x, 2) for x in row] for row in expected], stdout
+
+    # every run trains the recipe's own command; only the data folder and CHANGED differ
+    measured = shlex.split(figures["command"])
+    assert measured[1] == str(ptb_bin)
+    assert without_changed_flags(measured) == without_changed_flags(
+        recipe_training_command(tmp_path, ptb)
+    )
+    assert measured[measured.index("--log-interval") + 1] == "1"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_run_and_removes_the_folder(short_tmp, ptb_bin):
+    tmp = short_tmp
+    argv = ["--device", "cpu", "--arch", "noising_lstm_lm_small", "--runs", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "bench_concurrency.py")]
+        + argv
+        + ["--data-bin", str(ptb_bin)],
+        env={**CLI_ENV, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in proc.stdout:  # the runs start right after this line
+            if line.startswith("N=2: starting"):
+                break
+        deadline = time.monotonic() + 60
+        while len(processes_naming(str(tmp))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(processes_naming(str(tmp))) >= 2, "the runs did not start"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "interrupted" in stderr, stdout + stderr
+    assert processes_naming(str(tmp)) == [], "processes of the benchmark are still running"
+    assert list(tmp.iterdir()) == [], "the temporary folder was not removed"
+
+
+def no_process(*args, **kwargs):
+    raise AssertionError(f"a process was started: {args}")
+
+
+def unread_data_bin(folder: Path) -> Path:
+    """A --data-bin folder with the file names the benchmark checks for; nothing reads them
+    before the refusals tested here."""
+    folder.mkdir()
+    for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx"):
+        (folder / name).touch()
+    return folder
+
+
+def test_mps_on_the_cpu_is_refused_before_anything_runs(short_tmp, tmp_path, monkeypatch):
+    data = unread_data_bin(tmp_path / "bin")
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    monkeypatch.setattr(bench_concurrency.tempfile, "tempdir", str(short_tmp))
+    with pytest.raises(SystemExit) as refused:
+        bench_concurrency.main(["--mps", "--device", "cpu", "--data-bin", str(data)])
+    message = str(refused.value)
+    assert message.startswith("bench_concurrency.py: --mps needs a CUDA device")
+    assert "\n" not in message
+    assert list(short_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--runs", "1,x"], "--runs"),
+        (["--runs", "0,2"], "--runs"),
+        (["--seconds", "-5"], "--seconds"),
+        (["--arch", "lstm_lm"], "--arch"),
+        (["--data-bin", "{tmp}"], "--data-bin"),
+        (["--ptb-dir", "{tmp}"], "--ptb-dir"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_flag(argv, named, tmp_path, capsys):
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    with pytest.raises(SystemExit) as refused:
+        bench_concurrency.parse_args(argv)
+    message = str(refused.value) if refused.value.code != 2 else capsys.readouterr().err
+    error_lines = [line for line in message.splitlines() if "error" in line]
+    assert len(error_lines) == 1 and named in error_lines[0], message
+
+
+def test_a_temporary_folder_too_deep_for_the_runs_sockets_is_refused(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 80)
+    deep.mkdir()
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    monkeypatch.setattr(bench_concurrency.tempfile, "tempdir", str(deep))
+    argv = ["--device", "cpu", "--data-bin", str(unread_data_bin(tmp_path / "bin"))]
+    with pytest.raises(SystemExit) as refused:
+        bench_concurrency.main(argv)
+    message = str(refused.value)
+    assert "set TMPDIR to a shorter folder" in message and "\n" not in message
+    assert list(deep.iterdir()) == []

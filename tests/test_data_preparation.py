@@ -1,0 +1,259 @@
+"""The recipes' data preparation and scoring helpers on small inputs of the real data's shape:
+recipes/prepare_text8.py (split, <unk>, lines) against a brute-force reading, and
+recipes/prepare_translation.py (IWSLT tarballs, plain parallel files, tokenizers, sentencepiece,
+BLEU scoring)."""
+
+import collections
+import json
+import tarfile
+
+import pytest
+from conftest import head_lines, require_shared
+from recipe_kit import TRAIN_DE, TRAIN_EN, add_file, load, synthetic_text8, tiny_iwslt_tarball
+
+prepare_text8 = load("prepare_text8")
+prepare_translation = load("prepare_translation")
+
+
+def test_text8_preparation_matches_brute_force(tmp_path):
+    text = synthetic_text8(30000, seed=3)
+    path = tmp_path / "text8"
+    path.write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    rc = prepare_text8.main(
+        [
+            "--input",
+            str(path),
+            "--outdir",
+            str(out),
+            "--train-chars",
+            "24000",
+            "--valid-chars",
+            "3000",
+            "--test-chars",
+            "3000",
+            "--words-per-line",
+            "7",
+        ]
+    )
+    assert rc == 0
+    parts = {"train": text[:24000], "valid": text[24000:27000], "test": text[27000:30000]}
+    counts = collections.Counter(parts["train"].split())
+    assert any(c <= 10 for c in counts.values()) and any(c > 10 for c in counts.values())
+    for name, raw in parts.items():
+        lines = (out / f"{name}.txt").read_text(encoding="utf-8").split("\n")
+        assert lines[-1] == ""
+        lines = lines[:-1]
+        # line breaking: 7 words per line, only the last line shorter
+        assert (
+            all(len(line.split()) == 7 for line in lines[:-1]) and 1 <= len(lines[-1].split()) <= 7
+        )
+        words = [w for line in lines for w in line.split()]
+        expected = [w if counts[w] > 10 else "<unk>" for w in raw.split()]
+        assert words == expected, name
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["vocabulary"] == sum(1 for c in counts.values() if c > 10) + 1
+    assert stats["train"]["words"] == len(parts["train"].split())
+
+
+def test_text8_preparation_reads_the_zip_and_refuses_a_short_input(tmp_path):
+    import zipfile
+
+    text = synthetic_text8(5000, seed=4)
+    with zipfile.ZipFile(tmp_path / "text8.zip", "w") as z:
+        z.writestr("text8", text)
+    out = tmp_path / "o"
+
+    def prepare(test_chars):
+        argv = f"--train-chars 4000 --valid-chars 500 --test-chars {test_chars}".split()
+        return prepare_text8.main(
+            ["--input", str(tmp_path / "text8.zip"), "--outdir", str(out), *argv]
+        )
+
+    assert prepare(500) == 0
+    assert (out / "test.txt").read_text().split() == [
+        w if collections.Counter(text[:4000].split())[w] > 10 else "<unk>"
+        for w in text[4500:].split()
+    ]
+    assert prepare(600) == 1  # 4000 + 500 + 600 characters ask for more than the 5000 there are
+
+
+def test_iwslt_preparation_on_a_tiny_tarball(tmp_path):
+    tgz = tiny_iwslt_tarball(tmp_path / "de-en.tgz")
+    out = tmp_path / "raw"
+    counts = prepare_translation.extract_iwslt(str(tgz), str(out), "en", "de", "tst2012", "tst2014")
+    assert counts == {"train": 3, "valid": 2, "test": 3}
+    assert (out / "train.en").read_text(encoding="utf-8").splitlines() == TRAIN_EN
+    assert (out / "train.de").read_text(encoding="utf-8").splitlines() == TRAIN_DE
+    assert (out / "valid.en").read_text(encoding="utf-8").splitlines() == [
+        "Hello & welcome.",
+        'Two "quoted" words.',
+    ]
+    assert (out / "valid.de").read_text(encoding="utf-8").splitlines()[
+        1
+    ] == 'Zwei "zitierte" Wörter.'
+    assert (out / "test.de").read_text(encoding="utf-8").splitlines() == [
+        "Der letzte.",
+        "Wirklich zuletzt?",
+        "Ja.",
+    ]
+    assert not list(out.glob("*.part"))
+    # the other direction's tarball (en-de) has the same layout
+    out2 = tmp_path / "raw2"
+    prepare_translation.extract_iwslt(
+        str(tiny_iwslt_tarball(tmp_path / "en-de.tgz", "en-de")),
+        str(out2),
+        "en",
+        "de",
+        "tst2012",
+        "tst2014",
+    )
+    assert (out2 / "train.en").read_text(encoding="utf-8") == (out / "train.en").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_iwslt_preparation_refuses_misaligned_train_tags(tmp_path):
+    path = tmp_path / "bad.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        add_file(tar, "de-en/train.tags.de-en.en", "<url>x</url>\nA.\nB.\n")
+        add_file(tar, "de-en/train.tags.de-en.de", "<url>x</url>\nA.\n")
+    with pytest.raises(SystemExit, match="differ in length"):
+        prepare_translation.extract_iwslt(
+            str(path), str(tmp_path / "o"), "en", "de", "tst2012", "tst2014"
+        )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'He said: "Hello, world!" (twice).',
+        "Don't stop-believing, it's 5% off.",
+        "Ein Mann in einem blauen Hemd.",
+        "Zwei Hunde (braun & weiß) rennen.",
+    ],
+)
+def test_simple_tokenizer_round_trip(line):
+    tok = prepare_translation.simple_tokenize(line)
+    assert tok.endswith(" .") and all(
+        len(t) == 1 or t.replace("'", "").isalnum() for t in tok.split()
+    )
+    assert prepare_translation.simple_detokenize(tok) == line
+
+
+def test_plain_copy_drops_only_the_final_empty_line_and_reads_gzip(tmp_path):
+    import gzip
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "train.en").write_text("A dog .\nA cat .\n\n")
+    with gzip.open(src / "train.de.gz", "wt") as f:  # as downloaded
+        f.write("Ein Hund .\nEine Katze .\n\n")
+    prepare_translation.copy_plain(
+        str(src), str(tmp_path / "out"), "en", "de", [("train", "train")]
+    )
+    assert (tmp_path / "out" / "train.de").read_text() == "Ein Hund .\nEine Katze .\n"
+    (src / "train.de").write_text("Ein Hund .\n\nEine Katze .\n")
+    with pytest.raises(SystemExit):
+        prepare_translation.copy_plain(
+            str(src), str(tmp_path / "out"), "en", "de", [("train", "train")]
+        )
+
+
+def test_score_writes_hypotheses_and_prints_both_bleus(tmp_path, capsys):
+    import sacrebleu
+
+    gen = tmp_path / "test.gen"
+    a, b = "Ein Mann , in einem blauen Hemd .", "Zwei Hunde rennen ."
+    gen.write_text(
+        f"2026 | INFO | fairseq_cli.generate | loaded\nS-1\tx\nH-1\t-0.2\t{b}\nD-1\t-0.2\t{b}\n"
+        f"H-0\t-0.1\t{a}\nGenerate test with beam=5: BLEU4 = 1.0\n"
+    )
+    ref = tmp_path / "test.de"
+    ref.write_text("Ein Mann, in einem roten Hemd.\nZwei Hunde rennen.\n")
+    tok_ref = tmp_path / "tok.de"
+    tok_ref.write_text("Ein Mann , in einem roten Hemd .\nZwei Hunde rennen .\n")
+    scores = prepare_translation.score(
+        str(gen), str(tmp_path / "h"), str(tmp_path / "d"), "de", str(ref), "simple", str(tok_ref)
+    )
+    assert (tmp_path / "h").read_text() == f"{a}\n{b}\n"
+    assert (tmp_path / "d").read_text() == "Ein Mann, in einem blauen Hemd.\nZwei Hunde rennen.\n"
+    refs = ref.read_text().splitlines()
+    expected = sacrebleu.corpus_bleu(
+        ["Ein Mann, in einem blauen Hemd.", "Zwei Hunde rennen."], [refs]
+    ).score
+    expected_tok = sacrebleu.corpus_bleu(
+        [a, b], [tok_ref.read_text().splitlines()], tokenize="none"
+    ).score
+    version = sacrebleu.__version__
+    assert capsys.readouterr().out.splitlines()[-4:] == [
+        f"BLEU {expected:.2f}",
+        f"BLEU signature nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}",
+        f"tok BLEU {expected_tok:.2f}",
+        f"tok BLEU signature nrefs:1|case:mixed|eff:no|tok:none|smooth:exp|version:{version}",
+    ]
+    assert scores == {"BLEU": expected, "tok BLEU": expected_tok}
+    # sentencepiece output is detokenized already: no tokenized BLEU
+    assert set(
+        prepare_translation.score(
+            str(gen), str(tmp_path / "h"), str(tmp_path / "d"), "de", str(ref), "none"
+        )
+    ) == {"BLEU"}
+    assert (tmp_path / "d").read_text() == (tmp_path / "h").read_text()
+
+
+@pytest.mark.parametrize("tokenizer", ["simple", "auto"])
+def test_tokenize_dir_and_detokenize(tokenizer, tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    lines = {
+        "en": ['A man, in a "blue" shirt.', "Two dogs (brown) run."],
+        "de": ['Ein Mann, in einem "blauen" Hemd.', "Zwei Hunde (braun) rennen."],
+    }
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            (raw / f"{split}.{lang}").write_text("\n".join(lines[lang]) + "\n", encoding="utf-8")
+    out = tmp_path / "tok"
+    prepare_translation.tokenize_dir(str(raw), str(out), "en", "de", tokenizer)
+    kind = (out / "tokenizer").read_text().strip()
+    assert kind == (
+        "simple" if tokenizer == "simple" else prepare_translation.resolve_tokenizer("auto")
+    )
+    tok = (out / "test.de").read_text(encoding="utf-8").splitlines()
+    assert tok[1].split() == ["Zwei", "Hunde", "(", "braun", ")", "rennen", "."]
+    prepare_translation.detokenize_file(str(out / "test.de"), str(tmp_path / "detok"), "de", kind)
+    assert (tmp_path / "detok").read_text(encoding="utf-8").splitlines() == lines["de"]
+
+
+@pytest.mark.slow
+def test_sentencepiece_and_scoring_helpers(tmp_path):
+    m30k = require_shared("multi30k")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, src, n in (("train", "train", 300), ("valid", "val", 20), ("test", "test", 20)):
+        for lang in ("en", "de"):
+            head_lines(m30k / f"{src}.{lang}", raw / f"{split}.{lang}", n)
+    for joint in (False, True):
+        out = tmp_path / f"spm{joint}"
+        prepare_translation.spm_dir(str(raw), str(out), "en", "de", 200, joint)
+        assert (out / ("spm.joint.model" if joint else "spm.de.model")).exists()
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(
+            model_file=str(out / ("spm.joint.model" if joint else "spm.de.model"))
+        )
+        enc = (out / "test.de").read_text(encoding="utf-8").splitlines()
+        dec = [sp.decode(line.split()) for line in enc]
+        assert dec == (raw / "test.de").read_text(encoding="utf-8").splitlines()
+    gen = tmp_path / "gen.out"
+    a, b = "ein Hund läuft über die grüne Wiese .", "zwei Hunde spielen mit einem roten Ball ."
+    gen.write_text(f"S-1\tb\nH-1\t-0.5\t{b}\nD-1\t-0.5\t{b}\nH-0\t-0.1\t{a}\nP-0\t-0.1\n")
+    prepare_translation.hyps(str(gen), str(tmp_path / "h"))
+    assert (tmp_path / "h").read_text() == f"{a}\n{b}\n"
+    (tmp_path / "r").write_text(f"{a}\n{b}\n")
+    assert prepare_translation.bleu(
+        str(tmp_path / "h"), str(tmp_path / "r"), "13a"
+    ) == pytest.approx(100.0)
+    gen.write_text("H-2\t-0.5\tx\nH-0\t-0.1\ty\n")
+    with pytest.raises(SystemExit, match="missing"):
+        prepare_translation.hyps(str(gen), str(tmp_path / "h"))
