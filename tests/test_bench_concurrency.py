@@ -78,7 +78,7 @@ def test_runs_side_by_side_on_the_cpu(tmp_path, short_tmp, ptb_bin):
     tmp = short_tmp  # the benchmark's temporary folder goes here
     out = tmp_path / "figures.json"
     argv = ["--device", "cpu", "--arch", "noising_lstm_lm_small", "--runs", "1,2"]
-    argv += ["--seconds", "10", "--data-bin", str(ptb_bin), "--json", str(out)]
+    argv += ["--seconds", "5", "--data-bin", str(ptb_bin), "--json", str(out)]
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "bench" / "bench_concurrency.py")] + argv,
         env={**CLI_ENV, "TMPDIR": str(tmp)},
@@ -133,6 +133,9 @@ def test_ctrl_c_stops_every_run_and_removes_the_folder(short_tmp, ptb_bin):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a shell's foreground command gets it: a suite started in the background (`cmd &`)
+        # has SIGINT ignored, and a child would inherit that and never see the Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         for line in proc.stdout:  # the runs start right after this line

@@ -4,13 +4,15 @@ For each scheme: ``fairseq-train`` with ``--task noised_language_modeling`` on t
 then ``fairseq-eval-lm`` on its checkpoint (a finite perplexity); and ``fairseq-train`` with
 ``--task noised_translation`` on the small Multi30k slice, then ``fairseq-generate`` (a finite
 BLEU). Models are stock fairseq LSTMs of width 16 trained for 4 updates: this checks plumbing
-(flags, statistics cache, checkpoints that load back), not quality.
+(flags, statistics cache, checkpoints that load back), not quality. The schemes' commands run side
+by side, one process a core; each scheme's test checks its own.
 """
 
 import math
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -63,16 +65,22 @@ def check_trained(proc, scheme, save_dir, data, caches):
             assert arrays["unigram"].sum() > 0
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_path):
-    data = private_copy(ptb_small_bin, tmp_path / "data")
-    save_dir = tmp_path / "ckpt"
+def side_by_side(pipeline, folder):
+    """pipeline(scheme, folder / scheme) for every scheme, one a core at a time: scheme -> future
+    (its result, or the AssertionError of a command that failed, comes back on .result())."""
+    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    futures = {scheme: pool.submit(pipeline, scheme, folder / scheme) for scheme in SCHEMES}
+    pool.shutdown(wait=False)
+    return futures
+
+
+def train_and_eval_lm(scheme, folder, ptb_small_bin):
+    data = private_copy(ptb_small_bin, folder / "data")
+    save_dir = folder / "ckpt"
     argv = lm_train_argv(
         data, "--save-dir", save_dir, *TRAIN, model=TINY_LM, scheme=scheme, gamma=0.2
     )
     train = run_cli(["fairseq-train", *argv], env=CLI_ENV, timeout=600)
-    check_trained(train, scheme, save_dir, data, LM_CACHES)
-
     evaluation = run_cli(
         [
             "fairseq-eval-lm",
@@ -91,6 +99,19 @@ def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_
         env=CLI_ENV,
         timeout=600,
     )
+    return train, evaluation, data, save_dir
+
+
+@pytest.fixture(scope="module")
+def lm_runs(ptb_small_bin, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lm")
+    return side_by_side(lambda s, f: train_and_eval_lm(s, f, ptb_small_bin), folder)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_language_model_trains_and_eval_lm_scores_it(scheme, lm_runs):
+    train, evaluation, data, save_dir = lm_runs[scheme].result()
+    check_trained(train, scheme, save_dir, data, LM_CACHES)
     out = evaluation.stdout + evaluation.stderr
     assert "Traceback" not in evaluation.stderr
     found = re.findall(r"Perplexity: (\S+)", out)
@@ -101,10 +122,9 @@ def test_language_model_trains_and_eval_lm_scores_it(scheme, ptb_small_bin, tmp_
     assert ppl < 10 * 5000, ppl
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_bin, tmp_path):
-    data = private_copy(multi30k_small_bin, tmp_path / "data")
-    save_dir = tmp_path / "ckpt"
+def train_and_generate(scheme, folder, multi30k_small_bin):
+    data = private_copy(multi30k_small_bin, folder / "data")
+    save_dir = folder / "ckpt"
     train = run_cli(
         [
             "fairseq-train",
@@ -124,8 +144,6 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
         env=CLI_ENV,
         timeout=600,
     )
-    check_trained(train, scheme, save_dir, data, MT_CACHES)
-
     gen = run_cli(
         [
             "fairseq-generate",
@@ -148,6 +166,19 @@ def test_translation_model_trains_and_generate_scores_it(scheme, multi30k_small_
         env=CLI_ENV,
         timeout=600,
     )
+    return train, gen, data, save_dir
+
+
+@pytest.fixture(scope="module")
+def translation_runs(multi30k_small_bin, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("translation")
+    return side_by_side(lambda s, f: train_and_generate(s, f, multi30k_small_bin), folder)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_translation_model_trains_and_generate_scores_it(scheme, translation_runs):
+    train, gen, data, save_dir = translation_runs[scheme].result()
+    check_trained(train, scheme, save_dir, data, MT_CACHES)
     out = gen.stdout + gen.stderr
     assert "Traceback" not in gen.stderr
     found = re.findall(r"Generate valid with beam=2: BLEU = [0-9.]+", out)
