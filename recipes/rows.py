@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 from contextlib import nullcontext
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
@@ -113,7 +113,7 @@ class Runner:
         self.state_file = os.path.join(os.path.dirname(os.path.abspath(args.queue)), ".rows.json")
         self.page_proc: Optional[subprocess.Popen] = None
         self.page_wanted = False
-        self.validated: Dict[int, int] = {}  # train job -> size of its log when last looked at
+        self.validated: Dict[int, int] = {}  # train job -> how far its log has been read
         self.warned_late = False
 
     # -------------------------------------------------------------- launching and ending steps
@@ -237,13 +237,14 @@ class Runner:
                 self._set(job, "cut", "at the end of the time budget")
 
     def new_validations(self) -> bool:
+        """Whether a training has validated an epoch since the last look (its progress lines
+        alone do not change the page)."""
         changed = False
         for k, job in enumerate(self.jobs):
             if job.step.kind == "train" and job.state == "running":
-                size = _size(job.step.output)
-                if size != self.validated.get(k):
-                    self.validated[k] = size
-                    changed = True
+                offset = self.validated.get(k, job.log_start)
+                self.validated[k], validated = validations_since(job.step.output, offset)
+                changed = changed or validated
         return changed
 
     def run(self) -> int:
@@ -394,6 +395,21 @@ def _said(job: Job) -> str:
         "skipped": "skipped",
         "cut": "stopped",
     }[job.state] + (f" ({job.note})" if job.note else "")
+
+
+_VALIDATION = b"valid on '"  # fairseq's line of a validation: "... | valid on 'valid' subset | ..."
+
+
+def validations_since(path: str, offset: int) -> Tuple[int, bool]:
+    """(how far the log is read now, whether its whole lines after offset hold a validation)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            gained = f.read()
+    except OSError:
+        return offset, False
+    end = gained.rfind(b"\n") + 1  # whole lines only: one still being written is read next time
+    return offset + end, _VALIDATION in gained[:end]
 
 
 def _size(path: str) -> int:

@@ -361,3 +361,21 @@ def test_a_run_the_time_budget_stopped_inside_an_epoch_is_placed_by_its_update_c
     assert row_status.status_lines([], 0.0) == []
     finished = logs.parse_log("\n".join(lines[:1] + lines[2:]))  # the epoch ended by itself
     assert finished.stopped_at is None and finished.epochs_done == 1.0
+
+
+def test_the_page_is_rewritten_for_a_validation_not_for_progress_lines(tmp_path):
+    log = tmp_path / "train.log"
+    progress = "x | INFO | train_inner | epoch 001:    100 / 1328 loss=7.1, ups=4.0, lr=1\n"
+    validation = "x | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.8 | ppl 918\n"
+    log.write_text(progress)
+    offset, validated = rows.validations_since(str(log), 0)
+    assert (offset, validated) == (len(progress), False)
+    with log.open("a") as f:  # a validation line still being written: not yet
+        f.write(validation[:30])
+    assert rows.validations_since(str(log), offset) == (offset, False)
+    with log.open("a") as f:
+        f.write(validation[30:] + progress)
+    offset, validated = rows.validations_since(str(log), offset)
+    assert validated and offset == log.stat().st_size
+    assert rows.validations_since(str(log), offset) == (offset, False)  # read once
+    assert rows.validations_since(str(tmp_path / "not yet"), 0) == (0, False)
