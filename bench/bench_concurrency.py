@@ -64,6 +64,7 @@ REPO = _common.REPO
 sys.path.insert(0, str(REPO / "recipes"))
 
 from mps import mps_daemon  # noqa: E402
+from run_folders import flag_value  # noqa: E402
 
 PROG = "bench_concurrency.py"
 SIZES = ("small", "medium", "large")
@@ -200,12 +201,6 @@ def with_flag(cmd, flag, value):
     else:
         cmd += [flag, str(value)]
     return cmd
-
-
-def flag_value(cmd, flag):
-    if flag not in cmd[:-1]:
-        fail(f"the recipe's command {shlex.join(cmd)} has no {flag}")
-    return cmd[cmd.index(flag) + 1]
 
 
 def run_logged(cmd, log: Path, what):
@@ -376,7 +371,9 @@ def training_command(args, device, work: Path, log_interval):
     size = args.arch[len("noising_lstm_lm_") :]
     ptb_dir = None if args.data_bin else args.ptb_dir
     prep, train = recipe_commands(size, device, work, ptb_dir)
-    destdir = flag_value(prep, "--destdir")
+    destdir = flag_value(prep, "--destdir", "") or fail(
+        f"the recipe's command {shlex.join(prep)} has no --destdir"
+    )
     if destdir not in train:
         fail(f"the recipe's training command does not read {destdir}: {shlex.join(train)}")
     if args.data_bin is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import analysis_section
-from page_format import NONE, fmt, md_table, paper_value
+from page_format import NONE, duration, fmt, md_table, paper_value
 from paper_tables import PROTOCOL, Table, row_label
 from recipe_settings import parse_settings, settings_line, with_scheme_grids
 from run_folders import (
@@ -35,15 +35,6 @@ from steps import fail, read_marker, shown, shown_command, shown_line
 from fairseq_noising.analysis import logs
 
 UNFINISHED = "†"  # beside a figure of a run that did not reach the end of its protocol
-
-
-def duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return NONE
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    hours, minutes = divmod(int(round(seconds / 60.0)), 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
 def halvings(log: logs.RunLog) -> int:

@@ -13,7 +13,7 @@ import shlex
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from page_format import NONE
+from page_format import NONE, duration
 from run_folders import flag_value, read_text
 
 from fairseq_noising.analysis import logs
@@ -30,11 +30,7 @@ _STATES = {
 
 
 def _minutes(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    hours, minutes = divmod(int(round(seconds / 60)), 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+    return duration(max(seconds, 0.0), seconds_below=90)
 
 
 def command_of(run_dir: str) -> List[str]:
