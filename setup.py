@@ -43,12 +43,16 @@ setup(
         "sentencepiece",
         "sacremoses",  # tokenizer of the translation recipes
         "matplotlib",
+        # the tables are Hydra sweeps: rows side by side (joblib) or on a SLURM cluster (submitit)
+        "hydra-joblib-launcher==1.2.0",
+        "hydra-submitit-launcher==1.2.0",
     ],
     extras_require={"test": ["pytest", "ruff==0.17.6"]},  # ruff: lint and format (ruff.toml)
     entry_points={
         "console_scripts": [
             "fairseq-noise-preview = fairseq_noising.cli.preview:cli_main",
             "fairseq-noise-analyze = fairseq_noising.cli.analyze:cli_main",
+            "fairseq-noise-page = fairseq_noising.sweep.page:main",
         ]
     },
 )

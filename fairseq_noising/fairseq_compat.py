@@ -48,6 +48,19 @@ def best_validation_value(default=_MISSING):
     return getattr(checkpoint_utils.save_checkpoint, "best", default)
 
 
+def forget_best_validation_value() -> None:
+    """Starts fairseq's running best validation value afresh, for a new training in this process.
+
+    Depends on ``checkpoint_utils.save_checkpoint.best`` (see :func:`best_validation_value`),
+    which lives as long as the process: a second training in one process (rows of a Hydra sweep
+    under the basic launcher, or in a reused joblib worker) would compare its validations with the
+    first one's best and might write no ``checkpoint_best.pt``. Called when a task is set up,
+    which comes before fairseq restores a resumed training's own best from its checkpoint.
+    """
+    if hasattr(checkpoint_utils.save_checkpoint, "best"):
+        del checkpoint_utils.save_checkpoint.best
+
+
 def sync_fp16_model(optimizer) -> None:
     """After writing the fp32 master parameters of ``--fp16`` training, copy them to the model.
 

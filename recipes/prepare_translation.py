@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Data preparation and scoring for the translation recipes (iwslt15_en_de.sh, multi30k.sh).
+"""Data preparation for the translation recipes (iwslt15_en_de.sh, multi30k.sh).
 
 Subcommands (each writes its outputs through a temporary name, so a half-written file is never
 taken for a finished one):
@@ -17,36 +17,16 @@ taken for a finished one):
     removing trailing empty lines (Multi30k's files end with one extra empty line, which must not
     become an empty sentence pair) and checking both sides agree.
 
-``tokenize --lang L --input F --output G [--tokenizer auto|moses|simple]``
-    Word tokenization. ``moses`` is sacremoses (Moses' tokenizer, no XML escaping, no aggressive
-    dash splitting); ``simple`` is a dependency-free fallback: every run of letters/digits (with
-    inner apostrophes such as "don't" or "l'homme" kept) is a token, every other non-space
-    character is a token of its own. ``auto`` (default) is moses when sacremoses is importable,
-    else simple; the choice is printed.
+``tokenize-dir --indir D --outdir O --src en --tgt de [--tokenizer auto|moses|simple]``
+    Word tokenization of every ``{train,valid,test}.{src,tgt}`` of a folder, the tokenizer's name
+    in ``O/tokenizer``. ``moses`` is sacremoses (Moses' tokenizer, no XML escaping); ``simple`` is a
+    dependency-free fallback (runs of letters/digits with inner apostrophes, every other character
+    alone); ``auto`` (default) is moses when sacremoses is importable. The tokenizers and their
+    detokenizers (used before BLEU) are :mod:`fairseq_noising.sweep.bleu`.
 
-``detokenize --lang L --input F --output G [--tokenizer ...]``
-    The inverse, used before scoring word-level output against the raw references.
-
-``spm-train --input F [F ...] --model-prefix P --vocab-size N``, ``spm-encode --model P.model --input F --output G``
-    SentencePiece (unigram) on raw text.
-
-``tokenize-dir --indir D --outdir O --src en --tgt de``, ``spm-dir --indir D --outdir O --src en --tgt de --vocab-size N [--joint]``
-    The two above for every ``{train,valid,test}.{src,tgt}`` of a folder; spm-dir trains one model per
-    language on the training side of that language (or one joint model on both, ``--joint``) and
-    writes ``spm.<lang>.model`` (``spm.joint.model``) beside the encoded files.
-
-``hyps --generate-output F --output G``
-    The hypotheses (``H-<id>`` lines) of a fairseq-generate output in sentence order.
-
-``bleu --hyp F --ref G [--tokenize 13a|none]``
-    Corpus BLEU with sacrebleu; prints the score.
-
-``score --generate-output F --hyps H --detok D --lang L --ref R [--tokenizer T] [--tok-ref R2]``
-    The three above for one decoded test set: writes the hypotheses (H), detokenizes them with the
-    tokenizer T (``none``: they are detokenized text already, as with sentencepiece) into D, and
-    prints ``BLEU X`` (sacrebleu 13a, D against the raw references R) and, with ``--tok-ref``,
-    ``tok BLEU Y`` (``--tokenize none``, H against the tokenized references R2), each followed by
-    its sacrebleu signature (``BLEU signature nrefs:1|case:mixed|...``).
+``spm-dir --indir D --outdir O --src en --tgt de --vocab-size N [--joint]``
+    SentencePiece (unigram) models trained on the training side of each language (or one joint
+    model on both, ``--joint``), ``spm.<lang>.model`` (``spm.joint.model``) beside the encoded files.
 """
 
 import argparse
@@ -57,6 +37,8 @@ import re
 import sys
 import tarfile
 import tempfile
+
+from fairseq_noising.sweep.bleu import resolve_tokenizer, tokenize
 
 
 def write_lines(path, lines):
@@ -194,81 +176,10 @@ def copy_plain(indir, outdir, src, tgt, splits):
     return counts
 
 
-# ---------------------------------------------------------------- tokenization
-
-SIMPLE_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
-NO_SPACE_BEFORE = set(".,!?;:%)]}'’”»")
-NO_SPACE_AFTER = set("([{$“«¿¡")
-
-
-def simple_tokenize(line):
-    return " ".join(SIMPLE_TOKEN.findall(line))
-
-
-def simple_detokenize(line):
-    """Undoes simple_tokenize approximately: no space before closing punctuation, after opening
-    brackets, around "-", and inside pairs of straight double quotes."""
-    out = ""
-    in_quote = False
-    for tok in line.split():
-        if tok == '"':
-            out += tok if (in_quote or not out) else " " + tok
-            in_quote = not in_quote
-            continue
-        glue = (
-            not out
-            or tok in NO_SPACE_BEFORE
-            or out[-1] in NO_SPACE_AFTER
-            or tok == "-"
-            or out.endswith("-")
-            or (in_quote and out.endswith('"'))
-        )
-        out += tok if glue else " " + tok
-    return out
-
-
-def resolve_tokenizer(name):
-    if name in ("auto", "moses"):
-        try:
-            import sacremoses  # noqa: F401
-
-            return "moses"
-        except ImportError:
-            if name == "moses":
-                raise SystemExit(
-                    "prepare_translation.py: --tokenizer moses needs sacremoses (pip install sacremoses)"
-                )
-            return "simple"
-    return name
-
-
 def tokenize_file(inp, out, lang, tokenizer):
     kind = resolve_tokenizer(tokenizer)
-    lines = read_lines(inp)
-    if kind == "moses":
-        from sacremoses import MosesTokenizer
-
-        mt = MosesTokenizer(lang=lang)
-        toks = [mt.tokenize(l, escape=False, return_str=True) for l in lines]
-    else:
-        toks = [simple_tokenize(l) for l in lines]
-    write_lines(out, toks)
-    print(f"tokenizer: {kind}")
+    write_lines(out, tokenize(read_lines(inp), lang, kind))
     return kind
-
-
-def detokenize_file(inp, out, lang, tokenizer):
-    kind = resolve_tokenizer(tokenizer)
-    lines = read_lines(inp)
-    if kind == "moses":
-        from sacremoses import MosesDetokenizer
-
-        md = MosesDetokenizer(lang=lang)
-        res = [md.detokenize(l.split()) for l in lines]
-    else:
-        res = [simple_detokenize(l) for l in lines]
-    write_lines(out, res)
-    print(f"detokenizer: {kind}")
 
 
 # ---------------------------------------------------------------- sentencepiece
@@ -338,60 +249,8 @@ def spm_dir(indir, outdir, src, tgt, vocab_size, joint):
             )
 
 
-# ---------------------------------------------------------------- scoring
-
-
-def hyps(generate_output, out):
-    found = {}
-    with open(generate_output, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("H-"):
-                parts = line.rstrip("\n").split("\t")
-                found[int(parts[0][2:])] = parts[2] if len(parts) > 2 else ""
-    if not found:
-        raise SystemExit(f"prepare_translation.py: no H- lines in {generate_output}")
-    n = max(found) + 1
-    missing = [i for i in range(n) if i not in found]
-    if missing:
-        raise SystemExit(f"prepare_translation.py: hypotheses missing for sentences {missing[:5]}")
-    write_lines(out, [found[i] for i in range(n)])
-
-
-def bleu_score(hyp, ref, tokenize):
-    """(corpus BLEU, sacrebleu's signature of the metric)."""
-    from sacrebleu.metrics import BLEU
-
-    h, r = read_lines(hyp), read_lines(ref)
-    if len(h) != len(r):
-        raise SystemExit(f"prepare_translation.py: {len(h)} hypotheses for {len(r)} references")
-    metric = BLEU(tokenize=tokenize)
-    return metric.corpus_score(h, [r]).score, str(metric.get_signature())
-
-
-def bleu(hyp, ref, tokenize):
-    value, _ = bleu_score(hyp, ref, tokenize)
-    print(f"{value:.2f}")
-    return value
-
-
-def score(generate_output, hyps_out, detok_out, lang, ref, tokenizer, tok_ref=None):
-    """hyps, detokenize (unless ``tokenizer`` is none) and BLEU of one decoded test set."""
-    hyps(generate_output, hyps_out)
-    if tokenizer == "none":
-        write_lines(detok_out, read_lines(hyps_out))
-    else:
-        detokenize_file(hyps_out, detok_out, lang, tokenizer)
-    scores = {"BLEU": bleu_score(detok_out, ref, "13a")}
-    if tok_ref:
-        scores["tok BLEU"] = bleu_score(hyps_out, tok_ref, "none")
-    for name, (value, signature) in scores.items():
-        print(f"{name} {value:.2f}")
-        print(f"{name} signature {signature}")
-    return {name: value for name, (value, _) in scores.items()}
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(description="translation data preparation and scoring")
+    p = argparse.ArgumentParser(description="translation data preparation")
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("iwslt")
     a.add_argument("--tarball", required=True)
@@ -411,12 +270,6 @@ def main(argv=None):
         default=None,
         help="OUT=IN (repeatable); default train=train valid=val test=test",
     )
-    for name in ("tokenize", "detokenize"):
-        a = sub.add_parser(name)
-        a.add_argument("--lang", required=True)
-        a.add_argument("--input", required=True)
-        a.add_argument("--output", required=True)
-        a.add_argument("--tokenizer", default="auto", choices=["auto", "moses", "simple"])
     a = sub.add_parser("tokenize-dir")
     a.add_argument("--indir", required=True)
     a.add_argument("--outdir", required=True)
@@ -430,29 +283,6 @@ def main(argv=None):
     a.add_argument("--tgt", default="de")
     a.add_argument("--vocab-size", type=int, default=16000)
     a.add_argument("--joint", action="store_true")
-    a = sub.add_parser("spm-train")
-    a.add_argument("--input", nargs="+", required=True)
-    a.add_argument("--model-prefix", required=True)
-    a.add_argument("--vocab-size", type=int, default=16000)
-    a = sub.add_parser("spm-encode")
-    a.add_argument("--model", required=True)
-    a.add_argument("--input", required=True)
-    a.add_argument("--output", required=True)
-    a = sub.add_parser("hyps")
-    a.add_argument("--generate-output", required=True)
-    a.add_argument("--output", required=True)
-    a = sub.add_parser("bleu")
-    a.add_argument("--hyp", required=True)
-    a.add_argument("--ref", required=True)
-    a.add_argument("--tokenize", default="13a")
-    a = sub.add_parser("score")
-    a.add_argument("--generate-output", required=True)
-    a.add_argument("--hyps", required=True, help="where the hypotheses go")
-    a.add_argument("--detok", required=True, help="where the detokenized hypotheses go")
-    a.add_argument("--lang", required=True)
-    a.add_argument("--ref", required=True, help="the raw references")
-    a.add_argument("--tokenizer", default="auto", choices=["auto", "moses", "simple", "none"])
-    a.add_argument("--tok-ref", help="the tokenized references (tok BLEU)")
     args = p.parse_args(argv)
 
     if args.cmd == "iwslt":
@@ -463,32 +293,10 @@ def main(argv=None):
             for s in (args.split or ["train=train", "valid=val", "test=test"])
         ]
         copy_plain(args.indir, args.outdir, args.src, args.tgt, splits)
-    elif args.cmd == "tokenize":
-        tokenize_file(args.input, args.output, args.lang, args.tokenizer)
-    elif args.cmd == "detokenize":
-        detokenize_file(args.input, args.output, args.lang, args.tokenizer)
     elif args.cmd == "tokenize-dir":
         tokenize_dir(args.indir, args.outdir, args.src, args.tgt, args.tokenizer)
     elif args.cmd == "spm-dir":
         spm_dir(args.indir, args.outdir, args.src, args.tgt, args.vocab_size, args.joint)
-    elif args.cmd == "spm-train":
-        spm_train(args.input, args.model_prefix, args.vocab_size)
-    elif args.cmd == "spm-encode":
-        spm_encode(args.model, args.input, args.output)
-    elif args.cmd == "hyps":
-        hyps(args.generate_output, args.output)
-    elif args.cmd == "bleu":
-        bleu(args.hyp, args.ref, args.tokenize)
-    elif args.cmd == "score":
-        score(
-            args.generate_output,
-            args.hyps,
-            args.detok,
-            args.lang,
-            args.ref,
-            args.tokenizer,
-            args.tok_ref,
-        )
     return 0
 
 

@@ -1,7 +1,8 @@
-"""The recipes' data preparation and scoring helpers on small inputs of the real data's shape:
-recipes/prepare_text8.py (split, <unk>, lines) against a brute-force reading, and
-recipes/prepare_translation.py (IWSLT tarballs, plain parallel files, tokenizers, sentencepiece,
-BLEU scoring)."""
+"""The recipes' data preparation and the sweeps' scoring on small inputs of the real data's shape:
+recipes/prepare_text8.py (split, <unk>, lines) against a brute-force reading,
+recipes/prepare_translation.py (IWSLT tarballs, plain parallel files, tokenizers, sentencepiece)
+and fairseq_noising/sweep/bleu.py (hypotheses of fairseq-generate, detokenizers, BLEU against
+sacrebleu called directly)."""
 
 import collections
 import json
@@ -9,7 +10,10 @@ import tarfile
 
 import pytest
 from conftest import head_lines, require_shared
-from recipe_kit import TRAIN_DE, TRAIN_EN, add_file, load, synthetic_text8, tiny_iwslt_tarball
+from prep_kit import TRAIN_DE, TRAIN_EN, add_file, load, synthetic_text8, tiny_iwslt_tarball
+
+from fairseq_noising.errors import NoisingError
+from fairseq_noising.sweep import bleu
 
 prepare_text8 = load("prepare_text8")
 prepare_translation = load("prepare_translation")
@@ -134,11 +138,11 @@ def test_iwslt_preparation_refuses_misaligned_train_tags(tmp_path):
     ],
 )
 def test_simple_tokenizer_round_trip(line):
-    tok = prepare_translation.simple_tokenize(line)
+    tok = bleu.simple_tokenize(line)
     assert tok.endswith(" .") and all(
         len(t) == 1 or t.replace("'", "").isalnum() for t in tok.split()
     )
-    assert prepare_translation.simple_detokenize(tok) == line
+    assert bleu.simple_detokenize(tok) == line
 
 
 def test_plain_copy_drops_only_the_final_empty_line_and_reads_gzip(tmp_path):
@@ -160,7 +164,7 @@ def test_plain_copy_drops_only_the_final_empty_line_and_reads_gzip(tmp_path):
         )
 
 
-def test_score_writes_hypotheses_and_prints_both_bleus(tmp_path, capsys):
+def test_score_writes_the_detokenized_hypotheses_and_both_bleus(tmp_path):
     import sacrebleu
 
     gen = tmp_path / "test.gen"
@@ -173,33 +177,28 @@ def test_score_writes_hypotheses_and_prints_both_bleus(tmp_path, capsys):
     ref.write_text("Ein Mann, in einem roten Hemd.\nZwei Hunde rennen.\n")
     tok_ref = tmp_path / "tok.de"
     tok_ref.write_text("Ein Mann , in einem roten Hemd .\nZwei Hunde rennen .\n")
-    scores = prepare_translation.score(
-        str(gen), str(tmp_path / "h"), str(tmp_path / "d"), "de", str(ref), "simple", str(tok_ref)
-    )
-    assert (tmp_path / "h").read_text() == f"{a}\n{b}\n"
-    assert (tmp_path / "d").read_text() == "Ein Mann, in einem blauen Hemd.\nZwei Hunde rennen.\n"
+    detok = tmp_path / "test.detok"
+    scores = bleu.score(str(gen), str(ref), "de", "simple", str(detok), str(tok_ref))
+    assert detok.read_text() == "Ein Mann, in einem blauen Hemd.\nZwei Hunde rennen.\n"
     refs = ref.read_text().splitlines()
     expected = sacrebleu.corpus_bleu(
         ["Ein Mann, in einem blauen Hemd.", "Zwei Hunde rennen."], [refs]
-    ).score
+    )
     expected_tok = sacrebleu.corpus_bleu(
         [a, b], [tok_ref.read_text().splitlines()], tokenize="none"
-    ).score
+    )
     version = sacrebleu.__version__
-    assert capsys.readouterr().out.splitlines()[-4:] == [
-        f"BLEU {expected:.2f}",
-        f"BLEU signature nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}",
-        f"tok BLEU {expected_tok:.2f}",
-        f"tok BLEU signature nrefs:1|case:mixed|eff:no|tok:none|smooth:exp|version:{version}",
-    ]
-    assert scores == {"BLEU": expected, "tok BLEU": expected_tok}
-    # sentencepiece output is detokenized already: no tokenized BLEU
-    assert set(
-        prepare_translation.score(
-            str(gen), str(tmp_path / "h"), str(tmp_path / "d"), "de", str(ref), "none"
-        )
-    ) == {"BLEU"}
-    assert (tmp_path / "d").read_text() == (tmp_path / "h").read_text()
+    assert scores["bleu"] == {
+        "score": expected.score,
+        "signature": f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}",
+    }
+    assert scores["tok_bleu"] == {
+        "score": expected_tok.score,
+        "signature": f"nrefs:1|case:mixed|eff:no|tok:none|smooth:exp|version:{version}",
+    }
+    # sentencepiece output is detokenized already: no tokenized BLEU, the hypotheses as they are
+    assert set(bleu.score(str(gen), str(ref), "de", "none", str(detok))) == {"bleu"}
+    assert detok.read_text() == f"{a}\n{b}\n"
 
 
 @pytest.mark.parametrize("tokenizer", ["simple", "auto"])
@@ -216,13 +215,10 @@ def test_tokenize_dir_and_detokenize(tokenizer, tmp_path):
     out = tmp_path / "tok"
     prepare_translation.tokenize_dir(str(raw), str(out), "en", "de", tokenizer)
     kind = (out / "tokenizer").read_text().strip()
-    assert kind == (
-        "simple" if tokenizer == "simple" else prepare_translation.resolve_tokenizer("auto")
-    )
+    assert kind == ("simple" if tokenizer == "simple" else bleu.resolve_tokenizer("auto"))
     tok = (out / "test.de").read_text(encoding="utf-8").splitlines()
     assert tok[1].split() == ["Zwei", "Hunde", "(", "braun", ")", "rennen", "."]
-    prepare_translation.detokenize_file(str(out / "test.de"), str(tmp_path / "detok"), "de", kind)
-    assert (tmp_path / "detok").read_text(encoding="utf-8").splitlines() == lines["de"]
+    assert bleu.detokenize(tok, "de", kind) == lines["de"]
 
 
 @pytest.mark.slow
@@ -248,12 +244,8 @@ def test_sentencepiece_and_scoring_helpers(tmp_path):
     gen = tmp_path / "gen.out"
     a, b = "ein Hund läuft über die grüne Wiese .", "zwei Hunde spielen mit einem roten Ball ."
     gen.write_text(f"S-1\tb\nH-1\t-0.5\t{b}\nD-1\t-0.5\t{b}\nH-0\t-0.1\t{a}\nP-0\t-0.1\n")
-    prepare_translation.hyps(str(gen), str(tmp_path / "h"))
-    assert (tmp_path / "h").read_text() == f"{a}\n{b}\n"
-    (tmp_path / "r").write_text(f"{a}\n{b}\n")
-    assert prepare_translation.bleu(
-        str(tmp_path / "h"), str(tmp_path / "r"), "13a"
-    ) == pytest.approx(100.0)
+    assert bleu.hypotheses(str(gen)) == [a, b]
+    assert bleu.corpus_bleu([a, b], [a, b])["score"] == pytest.approx(100.0)
     gen.write_text("H-2\t-0.5\tx\nH-0\t-0.1\ty\n")
-    with pytest.raises(SystemExit, match="missing"):
-        prepare_translation.hyps(str(gen), str(tmp_path / "h"))
+    with pytest.raises(NoisingError, match="missing"):
+        bleu.hypotheses(str(gen))

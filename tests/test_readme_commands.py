@@ -15,14 +15,14 @@ A README command stops working (a renamed flag, a flag the scheduler refuses, a 
 that the training command no longer writes) and ``test_readme_commands_run`` fails naming it;
 ``test_a_broken_readme_command_fails`` plants such a bug in a copy of the README text and checks
 exactly that. The translation command must carry the per-sentence loss the recipes train with, and
-the LM and translation commands must agree with what ``recipes/ptb.sh`` / ``recipes/multi30k.sh``
-run (read from their ``--dry-run``).
+the LM and translation commands must agree with the tables' Hydra configs (``recipes/config``:
+``ptb_medium``, ``iwslt15``), as Hydra composes them. The README's ``fairseq-hydra-train`` sweeps
+run with ``--config-dir`` made absolute and one tiny row on the basic launcher.
 """
 
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,6 +55,14 @@ OVERRIDES = {
     "fairseq-eval-lm": ["--cpu", "--num-workers", "0"],
     "fairseq-generate": ["--cpu", "--num-workers", "0", "--max-len-a", "0", "--max-len-b", "5"],
     "fairseq-noise-preview": [],
+    "fairseq-hydra-train": [
+        f"common.user_dir={PLUGIN_DIR}",
+        "model.hidden_size=16",
+        "optimization.max_epoch=1",
+        "optimization.max_update=3",
+        "hydra/launcher=basic",  # a SLURM command runs here, on the basic launcher
+        "task={noise_scheme:kn,noise_gamma:0.2}",  # one row
+    ],
 }
 # what a successful run of the program prints (stdout or stderr)
 EXPECT = {
@@ -62,6 +70,7 @@ EXPECT = {
     "fairseq-generate": "BLEU",
     "fairseq-train": "done training",
     "fairseq-noise-preview": "noised",
+    "fairseq-hydra-train": "results page:",
 }
 
 
@@ -146,6 +155,8 @@ def tiny_command(args):
     for i, a in enumerate(out[:-1]):
         if a == "--user-dir" and out[i + 1] == "fairseq_noising":
             out[i + 1] = str(PLUGIN_DIR)
+        if a == "--config-dir" and out[i + 1] == "recipes/config":
+            out[i + 1] = str(REPO / "recipes" / "config")
     return out + OVERRIDES[prog]
 
 
@@ -212,31 +223,6 @@ def test_elided_snippets_agree_with_a_full_command():
         )
 
 
-def recipe_dry_run(name, tmp_path, **env):
-    full_env = dict(
-        os.environ,
-        VENV=VENV,
-        DEVICE="cpu",
-        WORK=str(tmp_path / "work"),
-        RESULTS_DIR=str(tmp_path / "results"),
-        **env,
-    )
-    proc = subprocess.run(
-        ["bash", str(REPO / "recipes" / name), "--dry-run"],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [
-        shlex.split(line[2:])
-        for line in proc.stdout.splitlines()
-        if line.startswith("+ ") and "fairseq-train" in line
-    ]
-
-
 def same_value(a, b):
     if a == b:
         return True
@@ -246,33 +232,61 @@ def same_value(a, b):
         return False
 
 
+# a fairseq-train flag and the key of a table's Hydra config that holds the same setting
+CONFIG_KEYS = {
+    "--task": "task._name",
+    "--stateful-bptt": "task.stateful_bptt",
+    "--tokens-per-sample": "task.tokens_per_sample",
+    "--arch": "model._name",
+    "--criterion": "criterion._name",
+    "--sentence-avg": "optimization.sentence_avg",
+    "--batch-size": "dataset.batch_size",
+    "--required-batch-size-multiple": "dataset.required_batch_size_multiple",
+    "--optimizer": "optimizer._name",
+    "--lr": "optimization.lr.0",
+    "--clip-norm": "optimization.clip_norm",
+    "--lr-scheduler": "lr_scheduler._name",
+    "--halvings": "lr_scheduler.halvings",
+    "--halving-threshold": "lr_scheduler.halving_threshold",
+    "--stop-min-lr": "optimization.stop_min_lr",
+    "--max-epoch": "optimization.max_epoch",
+    "--best-checkpoint-metric": "checkpoint.best_checkpoint_metric",
+    "--no-epoch-checkpoints": "checkpoint.no_epoch_checkpoints",
+}
+WHERE = ("--user-dir", "--save-dir", "--noise-scheme", "--noise-gamma")  # places, and the row
+
+
 @pytest.mark.parametrize(
-    "task,recipe", [("noised_language_modeling", "ptb.sh"), ("noised_translation", "multi30k.sh")]
+    "task,config", [("noised_language_modeling", "ptb_medium"), ("noised_translation", "iwslt15")]
 )
-@pytest.mark.slow
-def test_readme_training_commands_match_the_recipes(task, recipe, tmp_path):
-    """Every flag of the README's training command has the value the recipe passes (apart from
-    where things go: data, plugin and save folders)."""
+def test_readme_training_commands_match_the_tables_configs(task, config):
+    """Every flag of the README's training command has the value of the table's config, and the
+    README's scheme and gamma_0 are one of the table's rows."""
+    from omegaconf import OmegaConf
+    from test_sweeps import compose
+
     readme = flag_values(
         training_command(readme_commands(README.read_text(encoding="utf-8")), task)
     )
-    runs = [flag_values(c) for c in recipe_dry_run(recipe, tmp_path)]
-    run = next(
-        (
-            r
-            for r in runs
-            if r.get("--noise-scheme") == readme["--noise-scheme"]
-            and same_value(r.get("--noise-gamma"), readme["--noise-gamma"])
-            and r.get("--noise-side", "both") == "both"
-        ),
-        None,
-    )
-    assert run is not None, f"recipes/{recipe} --dry-run trains no model like the README's: {runs}"
+    cfg = compose(config)
     for flag, value in readme.items():
-        if flag in ("--user-dir", "--save-dir"):
+        if flag in WHERE:
             continue
-        assert flag in run, f"README's {task} command has {flag}, recipes/{recipe} does not"
-        assert same_value(run[flag], value), f"{flag}: README {value}, recipes/{recipe} {run[flag]}"
+        assert flag in CONFIG_KEYS, f"README's {task} command has {flag}: add it to CONFIG_KEYS"
+        have = OmegaConf.select(cfg, CONFIG_KEYS[flag])
+        want = True if value is None else value  # a switch
+        assert same_value(str(have) if have is not True else True, want), (
+            f"{flag}: README {value}, recipes/config/{config} {CONFIG_KEYS[flag]}={have}"
+        )
+    rows = [
+        dict(kv.split(":") for kv in r.split(","))
+        for r in re.findall(r"\{([^}]*)\}", cfg.hydra.sweeper.params.task)
+    ]
+    assert any(
+        r["noise_scheme"] == readme["--noise-scheme"]
+        and same_value(r["noise_gamma"], readme["--noise-gamma"])
+        for r in rows
+    ), f"README's {task} row is none of recipes/config/{config}'s rows {rows}"
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Per-epoch perplexities and the noising configuration read from fairseq training logs.
 
 Understands the ``simple``, ``tqdm`` and ``json`` log formats of ``fairseq-train`` (and any mix,
-for instance a resumed run). The lines used are the end-of-epoch summaries:
+for instance a resumed run), also as ``fairseq-hydra-train`` writes them (``hydra_train.log``:
+``[time][train][INFO] - epoch 003 | loss ...``). The lines used are the end-of-epoch summaries:
 
 - simple/tqdm: ``... | train | epoch 003 | loss 5.1 | ppl 34.3 | ...`` and
   ``... | valid | epoch 003 | valid on 'valid' subset | loss 5.3 | ppl 39.4 | ...``;
@@ -28,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 _SIMPLE_VALID = re.compile(r"epoch (\d+) \| valid on '([^']+)' subset \| (.*)$")
-_SIMPLE_TRAIN = re.compile(r"(?:^|\| )epoch (\d+) \| (loss [^|]*\|.*)$")
+_SIMPLE_TRAIN = re.compile(r"(?:^|\| |\] - )epoch (\d+) \| (loss [^|]*\|.*)$")
 _SCHEME = re.compile(r"'noise_scheme': '?([A-Za-z_]+)'?")
 _GAMMA = re.compile(r"'noise_gamma': ([0-9.eE+-]+)")
 _GPU = re.compile(r"rank +0: capabilities = .* ; name = (.*\S)")
-_PROCESS_START = re.compile(r"fairseq_cli\.train \| \{'_name'")
+_PROCESS_START = re.compile(r"fairseq_cli\.train(?: \||\]\[INFO\] -) \{'_name'")
 _INNER = re.compile(r"epoch (\d+):\s+(\d+) / (\d+) (.*)$")
 _HALVING = re.compile(
     r"paper_halving: epoch \d+: .*?; (?:halving (\d+)/(\d+)|stop: all (\d+) halvings done)"

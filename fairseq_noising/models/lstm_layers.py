@@ -4,13 +4,14 @@
 See ``docs/models.md`` (initialisation, dropout placement, incremental decoding).
 """
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, make_dataclass
 from typing import Dict, List, Optional
 
 import torch
 import torch.nn as nn
 from fairseq.dataclass import FairseqDataclass
-from fairseq.models import FairseqIncrementalDecoder, register_model_architecture
+from fairseq.models import ARCH_CONFIG_REGISTRY, FairseqIncrementalDecoder, register_model
 from fairseq.modules import FairseqDropout
 from fairseq.utils import safe_getattr
 from torch import Tensor
@@ -36,27 +37,33 @@ class LSTMStackConfig(FairseqDataclass):
     forget_bias: float = option(0.0, "added to every LSTM layer's forget-gate bias after init")
 
 
-def set_defaults(args, config_cls, **arch_values):
-    """Sets every option of ``config_cls`` that ``args`` leaves unset (missing or None) to the
-    architecture's value in ``arch_values`` if there is one, else to the dataclass default."""
-    fields = {k: f for k, f in config_cls.__dataclass_fields__.items() if not k.startswith("_")}
-    unknown = set(arch_values) - set(fields)
-    assert not unknown, f"not options of {config_cls.__name__}: {sorted(unknown)}"
-    for name, f in fields.items():
-        if safe_getattr(args, name, None) is None:
-            setattr(args, name, arch_values.get(name, f.default))
+def set_defaults(args, config_cls):
+    """Sets every option of ``config_cls`` that ``args`` leaves unset (missing or None) to its
+    default."""
+    for name, f in config_cls.__dataclass_fields__.items():
+        if not name.startswith("_") and safe_getattr(args, name, None) is None:
+            setattr(args, name, f.default)
 
 
-def register_architectures(model_name: str, config_cls, architectures: Dict[str, dict]):
-    """Registers each ``--arch`` of ``architectures`` (name -> option values) for ``model_name``:
-    its function sets the options ``args`` leaves unset (:func:`set_defaults`), nothing else."""
-    for arch, values in architectures.items():
-
-        def set_arch_defaults(args, values=values):
-            set_defaults(args, config_cls, **values)
-
-        set_arch_defaults.__name__ = set_arch_defaults.__qualname__ = arch
-        register_model_architecture(model_name, arch)(set_arch_defaults)
+def register_sizes(model_cls, sizes: Dict[str, dict]):
+    """Registers each size of ``sizes`` (name -> option values) as a fairseq model of its own: a
+    subclass of ``model_cls`` whose config is ``model_cls.config_class`` with the size's values as
+    defaults. ``--arch NAME`` and Hydra's ``model._name: NAME`` then build the same model
+    (fairseq runs an architecture function for argparse only: under Hydra the model's dataclass
+    defaults would fill every option a config leaves out)."""
+    base = model_cls.config_class
+    for name, values in sizes.items():
+        fields = []
+        for key, value in values.items():
+            parent = base.__dataclass_fields__[key]
+            fields.append((key, parent.type, field(default=value, metadata=parent.metadata)))
+        config = make_dataclass(f"{name}_config", fields, bases=(base,))
+        size = type(model_cls.__name__, (model_cls,), {"config_class": config})
+        size.__module__, size.__doc__ = model_cls.__module__, f"``{name}``: {values}"
+        register_model(name, dataclass=config)(size)
+        # register_model gave the size a no-op architecture function: let it fill an argparse
+        # Namespace (fairseq-train --arch NAME) with the size's values, as fairseq's own do
+        ARCH_CONFIG_REGISTRY[name] = functools.partial(set_defaults, config_cls=config)
 
 
 def add_forget_bias_(lstm: nn.LSTM, value: float):

@@ -18,7 +18,7 @@ from .lstm_layers import (
     LSTMDecoderBase,
     LSTMStackConfig,
     option,
-    register_architectures,
+    register_sizes,
     set_defaults,
 )
 
@@ -126,16 +126,19 @@ class NoisingLSTMLMDecoder(LSTMDecoderBase):
 class NoisingLSTMLanguageModel(FairseqLanguageModel):
     """Zaremba et al. (2014) LSTM language model; see docs/models.md."""
 
+    config_class = NoisingLSTMLMConfig  # each size's subclass has its own (register_sizes)
+
     @classmethod
     def build_model(cls, args, task):
-        set_defaults(args, NoisingLSTMLMConfig)  # options no architecture set
+        set_defaults(args, cls.config_class)  # options the command line or config left unset
         return cls(NoisingLSTMLMDecoder(args, task.target_dictionary))
 
 
-# --arch name -> its values; the arch ``noising_lstm_lm`` has the dataclass defaults (= medium)
-ARCHITECTURES = {
+# the sizes, each a model of its own (--arch or Hydra's model._name); ``noising_lstm_lm`` has the
+# dataclass defaults (= medium)
+SIZES = {
     "noising_lstm_lm_small": dict(hidden_size=200, num_layers=2, dropout=0.0),  # Zaremba's small
     "noising_lstm_lm_medium": dict(hidden_size=512, num_layers=2, dropout=0.5),  # paper's medium
     "noising_lstm_lm_large": dict(hidden_size=1500, num_layers=2, dropout=0.65),  # paper's large
 }
-register_architectures("noising_lstm_lm", NoisingLSTMLMConfig, ARCHITECTURES)
+register_sizes(NoisingLSTMLanguageModel, SIZES)

@@ -25,7 +25,7 @@ from .lstm_layers import (
     LSTMStack,
     LSTMStackConfig,
     option,
-    register_architectures,
+    register_sizes,
     set_defaults,
 )
 from .source_order import reading_order, reverse_source_tokens  # noqa: F401  (re-exported)
@@ -156,6 +156,8 @@ class NoisingLSTMAttentionDecoder(LSTMDecoderBase):
 class NoisingLSTMSeq2SeqModel(FairseqEncoderDecoderModel):
     """Luong et al. (2015) attention encoder-decoder; see docs/models.md."""
 
+    config_class = NoisingLSTMSeq2SeqConfig  # each size's subclass has its own (register_sizes)
+
     @classmethod
     def add_args(cls, parser):
         # A bool field defaulting to True would become a store_false --reverse-source: define the
@@ -171,15 +173,16 @@ class NoisingLSTMSeq2SeqModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, args, task):
-        set_defaults(args, NoisingLSTMSeq2SeqConfig)  # options no architecture set
+        set_defaults(args, cls.config_class)  # options the command line or config left unset
         encoder = NoisingLSTMEncoder(args, task.source_dictionary)
         decoder = NoisingLSTMAttentionDecoder(args, task.target_dictionary)
         return cls(encoder, decoder)
 
 
-# --arch name -> its values; the arch ``noising_lstm_seq2seq`` has the dataclass defaults
-ARCHITECTURES = {
+# the sizes, each a model of its own (--arch or Hydra's model._name); ``noising_lstm_seq2seq`` has
+# the dataclass defaults
+SIZES = {
     "noising_lstm_iwslt_en_de": dict(hidden_size=512, num_layers=2, dropout=0.2),  # the paper's
     "noising_lstm_seq2seq_tiny": dict(hidden_size=16, num_layers=2, dropout=0.0),  # for tests
 }
-register_architectures("noising_lstm_seq2seq", NoisingLSTMSeq2SeqConfig, ARCHITECTURES)
+register_sizes(NoisingLSTMSeq2SeqModel, SIZES)

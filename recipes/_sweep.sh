@@ -1,0 +1,48 @@
+# Sourced by the recipes (from the repository root): --help, the environment made by
+# recipes/setup.sh, and `sweep`, the recipes' last step: one table as one Hydra sweep, then its page.
+NAME=$(basename "$0")
+case "${1:-}" in
+  --help|-h) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+  -*) echo "$NAME: unknown option $1 (expected --help, or Hydra overrides such as hydra.launcher.n_jobs=2)" >&2; exit 2 ;;
+esac
+VENV=${VENV:-.venv}
+BIN=$VENV/bin
+[ -x "$BIN/fairseq-hydra-train" ] || { echo "$NAME: $BIN/fairseq-hydra-train not found: run 'bash recipes/setup.sh' first (or set VENV)" >&2; exit 1; }
+die() { echo "$NAME: $*" >&2; exit 1; }
+
+# sweep CONFIG SWEEP_DIR PAGE [OVERRIDE...]: every row of recipes/config/CONFIG.yaml side by side
+# (fairseq-hydra-train -m; each row a folder of SWEEP_DIR, resumed when run again), under a CUDA
+# MPS daemon of its own with MPS=1, then the results page copied to PAGE (with its logs and figure).
+# The page is written even when rows failed; the status is the sweep's.
+sweep() {
+  local config=$1 dir=$2 page=$3 status=0
+  shift 3
+  local cmd=("$BIN/fairseq-hydra-train" -m --config-dir recipes/config --config-name "$config"
+             "hydra.sweep.dir=$dir" "$@")
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per row: rows share the cores
+  if [ "${MPS:-0}" = 1 ]; then cmd=("$BIN/python" recipes/mps.py --folder "$dir/mps" --prog "$NAME" -- "${cmd[@]}"); fi
+  echo "+ ${cmd[*]}"
+  "${cmd[@]}" || status=$?
+  "$BIN/fairseq-noise-page" "$dir" --out "$page" || status=1
+  return $status
+}
+
+# translation_data RAW: the translation recipes' segmentation and binarization of RAW/{train,valid,
+# test}.{en,de} into WORK/data-bin (skipped when done): Moses words (the NWORDS most frequent per
+# language, default 50000), or with SPM=1 sentencepiece pieces (SPM_VOCAB, default 16000; one joint
+# model with SPM_JOINT=1). Sets DATA_OVERRIDES: the data and the references BLEU is scored against.
+translation_data() {
+  local raw=$1 seg=$WORK/tok vocab=(--nwordssrc "${NWORDS:-50000}" --nwordstgt "${NWORDS:-50000}")
+  local prepare=(tokenize-dir --tokenizer moses)
+  DATA_OVERRIDES=("task.data=$WORK/data-bin" "hydra.callbacks.row.reference=$raw/test.de")
+  if [ "${SPM:-0}" = 1 ]; then
+    seg=$WORK/spm prepare=(spm-dir --vocab-size "${SPM_VOCAB:-16000}") vocab=()
+    if [ "${SPM_JOINT:-0}" = 1 ]; then prepare+=(--joint) vocab=(--joined-dictionary); fi
+    DATA_OVERRIDES+=(hydra.callbacks.row.tokenizer=none "hydra.callbacks.row.generate_args=[--post-process,sentencepiece]")
+  else
+    DATA_OVERRIDES+=("hydra.callbacks.row.tok_reference=$seg/test.de")
+  fi
+  [ -f "$seg/test.de" ] || "$BIN/python" recipes/prepare_translation.py "${prepare[@]}" --indir "$raw" --outdir "$seg" --src en --tgt de
+  [ -f "$WORK/data-bin/dict.de.txt" ] || "$BIN/fairseq-preprocess" --source-lang en --target-lang de --trainpref "$seg/train" \
+    --validpref "$seg/valid" --testpref "$seg/test" "${vocab[@]}" --destdir "$WORK/data-bin" --workers 2
+}
