@@ -12,13 +12,21 @@ die() { echo "$NAME: $*" >&2; exit 1; }
 
 # sweep CONFIG SWEEP_DIR PAGE [OVERRIDE...]: every row of recipes/config/CONFIG.yaml side by side
 # (fairseq-hydra-train -m; each row a folder of SWEEP_DIR, resumed when run again), under a CUDA
-# MPS daemon of its own with MPS=1, then the results page copied to PAGE (with its logs and figure).
+# MPS daemon of its own with MPS=1, each row's training stopped within TIME_BUDGET hours less
+# EVAL_RESERVE, then the results page copied to PAGE (with its logs and figure).
 # The page is written even when rows failed; the status is the sweep's.
 sweep() {
   local config=$1 dir=$2 page=$3 status=0
   shift 3
   local cmd=("$BIN/fairseq-hydra-train" -m --config-dir recipes/config --config-name "$config"
              "hydra.sweep.dir=$dir" "$@")
+  if [ -n "${TIME_BUDGET:-}" ]; then  # hours per row, EVAL_RESERVE of them (default a fifth,
+    # at least 2 minutes) kept for the row's evaluation: fairseq stops training at the rest
+    cmd+=("optimization.stop_time_hours=$(awk -v b="$TIME_BUDGET" -v r="${EVAL_RESERVE:-}" \
+      'BEGIN { if (b !~ /^[0-9]*[.]?[0-9]+$/) exit 1; if (r == "") r = (b / 5 > 1 / 30) ? b / 5 : 1 / 30
+              if (b <= r) exit 1; print b - r }')") ||
+      die "TIME_BUDGET must be hours (e.g. 0.5) above EVAL_RESERVE, got '$TIME_BUDGET'"
+  fi
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per row: rows share the cores
   if [ "${MPS:-0}" = 1 ]; then cmd=("$BIN/python" recipes/mps.py --folder "$dir/mps" --prog "$NAME" -- "${cmd[@]}"); fi
   echo "+ ${cmd[*]}"

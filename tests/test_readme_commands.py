@@ -60,7 +60,7 @@ OVERRIDES = {
         "model.hidden_size=16",
         "optimization.max_epoch=1",
         "optimization.max_update=3",
-        "hydra/launcher=basic",  # a SLURM command runs here, on the basic launcher
+        "hydra/launcher=basic",
         "task={noise_scheme:kn,noise_gamma:0.2}",  # one row
     ],
 }
@@ -157,6 +157,8 @@ def tiny_command(args):
             out[i + 1] = str(PLUGIN_DIR)
         if a == "--config-dir" and out[i + 1] == "recipes/config":
             out[i + 1] = str(REPO / "recipes" / "config")
+    if prog == "fairseq-hydra-train":  # a SLURM sweep runs here, on the basic launcher
+        out = [a for a in out if not a.startswith(("hydra.launcher.", "hydra/launcher="))]
     return out + OVERRIDES[prog]
 
 

@@ -33,7 +33,9 @@ ENDINGS = {
 
 def md_table(header: List[str], rows: List[List[object]]) -> List[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines + [
+        "| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows
+    ]
 
 
 def fmt(value: Optional[float]) -> str:
