@@ -64,6 +64,19 @@ class RowCallback(Callback):
             logger.warning(f"could not write the row's record: {e}")
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        try:
+            self._record_ending(config, job_return)
+        except Exception as e:  # a broken record stops no other row
+            logger.warning(f"could not record the row's ending: {e}")
+        self._write_page(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        path = self._write_page(config)
+        if path:
+            print(f"results page: {path}")
+
+    # ------------------------------------------------------------------ helpers
+    def _record_ending(self, config: DictConfig, job_return: JobReturn) -> None:
         run_dir = config.hydra.runtime.output_dir
         rec = record.read(run_dir) or self._new_record(config, run_dir)
         rec["training"] = record.training(run_dir, rec["config"])
@@ -80,14 +93,7 @@ class RowCallback(Callback):
             rec["error"] = f"{type(job_return._return_value).__name__}: {error[-1]}"
         record.write(run_dir, rec)
         logger.info(f"row {rec['key']} gamma_0 {rec['gamma']}: {record.ending(rec)}")
-        self._write_page(config)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        path = self._write_page(config)
-        if path:
-            print(f"results page: {path}")
-
-    # ------------------------------------------------------------------ helpers
     def _new_record(self, config: DictConfig, run_dir: str) -> Dict:
         job = copy.deepcopy(config)
         with open_dict(job):
