@@ -43,7 +43,9 @@ setup(
         "sentencepiece",
         "sacremoses",  # tokenizer of the translation recipes
         "matplotlib",
-        # the tables are Hydra sweeps: rows side by side (joblib) or on a SLURM cluster (submitit)
+        # the tables are Hydra sweeps: rows side by side (joblib) or on a SLURM cluster (submitit);
+        # the launchers accept hydra-core pre-releases, which pip would then pick (1.4.0rc3)
+        "hydra-core>=1.3.2,<1.4",
         "hydra-joblib-launcher==1.2.0",
         "hydra-submitit-launcher==1.2.0",
     ],

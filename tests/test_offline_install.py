@@ -32,6 +32,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 pytestmark = pytest.mark.slow  # builds a wheelhouse and a virtual environment
 
@@ -153,6 +154,9 @@ def test_wheelhouse_holds_the_closure_for_this_python(wheelhouse):
         assert name in wheels, f"{name} missing from the manifest"
         assert wheels[name]["role"] == "plugin", wheels[name]
     assert "torchaudio" not in wheels and "torchaudio" in manifest["left_out"]
+    # the Hydra launchers accept hydra-core pre-releases: the plugin holds it to a release
+    for name in ("hydra-core", "omegaconf", "hydra-joblib-launcher", "hydra-submitit-launcher"):
+        assert not Version(wheels[name]["version"]).is_prerelease, wheels[name]
     assert wheels["torch"]["role"] == "torch"
     assert wheels["torch"]["version"] == installed_version("torch")
     assert wheels["fairseq-noising"]["file"].endswith("-py3-none-any.whl")
