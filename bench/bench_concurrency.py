@@ -1,18 +1,17 @@
 #!/usr/bin/env python
-"""Training throughput of N ``fairseq-train`` runs side by side: how many runs one device carries.
+"""Training throughput of N training runs side by side: how many rows of a table one device carries.
 
-For each N of ``--runs`` it starts N copies of the training command of ``recipes/ptb.sh``, lets
-them train for a fixed time, and prints updates/s per run (mean and slowest) and summed over the
-N runs, with the speed-up of the sum over N=1.
+For each N of ``--runs`` it starts N copies of one row of the table's sweep, lets them train for a
+fixed time, and prints updates/s per run (mean and slowest) and summed over the N runs, with the
+speed-up of the sum over N=1.
 
-The command is the recipe's own: the one ``fairseq-train`` line (``+ ...``) that
-``SIZE=<size> SCHEMES=none DEVICE=<device> WORK=<tmp> bash recipes/ptb.sh --dry-run`` prints,
-with ``--arch noising_lstm_lm_<size>`` mapped onto ``SIZE``. PTB is binarized once with the
-recipe's ``fairseq-preprocess`` line (also printed by the dry run) into a temporary folder, or
-``--data-bin DIR`` is read instead. Each run then changes only its ``--save-dir`` (its own
-folder), ``--max-epoch`` (100000, so that training cannot end during the measurement) and
-``--log-interval`` (1 on the CPU, 10 on a GPU). Other recipe settings in the environment
-(``HIDDEN``, ``DROPOUT``, ``EXTRA_ARGS``, ...) apply as they do to the recipe. Each run gets
+The command is the table's own: ``fairseq-hydra-train`` with ``recipes/config/ptb_<size>.yaml``
+(``--arch noising_lstm_lm_<size>`` names the size), its none row, without the row's evaluation
+(``~hydra.callbacks.row``). PTB is binarized once with ``fairseq-preprocess --only-source`` into a
+temporary folder, or ``--data-bin DIR`` is read instead. Each run then sets only its folder
+(``hydra.run.dir``, its save dir), ``optimization.max_epoch`` (100000, so that training cannot end
+during the measurement), ``common.log_interval`` (1 on the CPU, 10 on a GPU) and, on the CPU,
+``common.cpu``. Each run gets
 ``--threads`` CPU threads (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``; default 1). On a GPU all
 runs share one device: the first of ``CUDA_VISIBLE_DEVICES`` (0 when unset), since fairseq
 otherwise trains one run across every visible GPU.
@@ -64,7 +63,6 @@ REPO = _common.REPO
 sys.path.insert(0, str(REPO / "recipes"))
 
 from mps import mps_daemon  # noqa: E402
-from run_folders import flag_value  # noqa: E402
 
 PROG = "bench_concurrency.py"
 SIZES = ("small", "medium", "large")
@@ -168,39 +166,6 @@ def choose_device(asked):
 
 
 # ------------------------------------------------------------------ the recipe's commands
-
-
-def recipe_commands(size, device, work, ptb_dir):
-    """(preprocessing command, training command) of ``recipes/ptb.sh --dry-run``, as argv lists."""
-    env = {**os.environ, "SIZE": size, "SCHEMES": "none", "DEVICE": device, "WORK": str(work)}
-    env["VENV"] = sys.prefix  # the recipe uses this interpreter's environment
-    env.pop("PTB_DIR", None)
-    if ptb_dir is not None:
-        env["PTB_DIR"] = str(Path(ptb_dir).resolve())
-    proc = subprocess.run(
-        ["bash", "recipes/ptb.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        fail(f"recipes/ptb.sh --dry-run failed (exit {proc.returncode}): {last}")
-    lines = [line[2:] for line in proc.stdout.splitlines() if line.startswith("+ ")]
-    found = {}
-    for program in ("fairseq-preprocess", "fairseq-train"):
-        commands = [shlex.split(line) for line in lines if program in line]
-        if len(commands) != 1:
-            fail(f"recipes/ptb.sh --dry-run printed {len(commands)} {program} lines, expected one")
-        found[program] = commands[0]
-    return found["fairseq-preprocess"], found["fairseq-train"]
-
-
-def with_flag(cmd, flag, value):
-    """cmd with ``flag value`` in place of the flag's value, or added at the end."""
-    cmd = list(cmd)
-    if flag in cmd:
-        cmd[cmd.index(flag) + 1] = str(value)
-    else:
-        cmd += [flag, str(value)]
-    return cmd
 
 
 def run_logged(cmd, log: Path, what):
@@ -309,7 +274,7 @@ def measure(n, cmd, folder: Path, env, seconds, warmup):
     try:
         for i in range(1, n + 1):
             save = folder / f"run{i}"
-            runs.append(Run(with_flag(cmd, "--save-dir", save), save, env))
+            runs.append(Run(cmd + [f"hydra.run.dir={save}"], save, env))
         started = time.monotonic()
         opened = wait_until(
             runs,
@@ -366,22 +331,30 @@ def table(rows):
 
 
 def training_command(args, device, work: Path, log_interval):
-    """The recipe's training command on binarized PTB (made here from the recipe's preprocessing
-    command unless --data-bin), with --max-epoch and --log-interval set for the measurement."""
-    size = args.arch[len("noising_lstm_lm_") :]
-    ptb_dir = None if args.data_bin else args.ptb_dir
-    prep, train = recipe_commands(size, device, work, ptb_dir)
-    destdir = flag_value(prep, "--destdir", "") or fail(
-        f"the recipe's command {shlex.join(prep)} has no --destdir"
-    )
-    if destdir not in train:
-        fail(f"the recipe's training command does not read {destdir}: {shlex.join(train)}")
-    if args.data_bin is None:
+    """One row of the table's own sweep (``recipes/config/ptb_<size>.yaml``, the none row) as
+    ``fairseq-hydra-train`` runs it, without the row's evaluation, on binarized PTB (binarized here
+    unless --data-bin), with max_epoch and log_interval set for the measurement. Each run adds its
+    own folder (``hydra.run.dir``, which is also its save dir)."""
+    bindir = Path(sys.executable).parent
+    data = args.data_bin
+    if data is None:
+        for split in ("train", "valid", "test"):
+            if not (args.ptb_dir / f"ptb.{split}.txt").is_file():
+                fail(f"--ptb-dir {args.ptb_dir} lacks ptb.{split}.txt")
+        data = work / "data-bin"
+        prep = [str(bindir / "fairseq-preprocess"), "--only-source", "--destdir", str(data)]
+        for split in ("train", "valid", "test"):
+            prep += [f"--{split}pref", str(args.ptb_dir / f"ptb.{split}.txt")]
         print(f"{PROG}: binarizing PTB: {shlex.join(prep)}", flush=True)
-        run_logged(prep, work / "preprocess.log", "binarizing PTB")
-    else:
-        train = [str(args.data_bin.resolve()) if arg == destdir else arg for arg in train]
-    return with_flag(with_flag(train, "--max-epoch", MAX_EPOCH), "--log-interval", log_interval)
+        run_logged(prep + ["--workers", "2"], work / "preprocess.log", "binarizing PTB")
+    cmd = [str(bindir / "fairseq-hydra-train"), "--config-dir", str(REPO / "recipes" / "config")]
+    cmd += ["--config-name", "ptb_" + args.arch[len("noising_lstm_lm_") :]]
+    cmd += [f"task.data={Path(data).resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
+    cmd += ["~hydra.callbacks.row", f"optimization.max_epoch={MAX_EPOCH}"]
+    cmd += [f"common.log_interval={log_interval}"] + (
+        ["common.cpu=true"] if device == "cpu" else []
+    )
+    return cmd
 
 
 def main(argv=None):
@@ -418,7 +391,7 @@ def main(argv=None):
                 )
             )
         cmd = training_command(args, device, work, log_interval)
-        shown = shlex.join(with_flag(cmd, "--save-dir", work / "n<N>" / "run<i>"))
+        shown = shlex.join(cmd + [f"hydra.run.dir={work / 'n<N>' / 'run<i>'}"])
         print(_common.machine_line(), flush=True)
         print(
             f"{args.arch} on {device}{' under MPS' if args.mps else ''}, {args.threads} thread(s) "

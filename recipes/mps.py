@@ -10,11 +10,15 @@ that one, when the ``with`` block ends: normally, on an error, or on Ctrl-C.
     with mps_daemon(work / "mps", prog="ptb.sh", flag="MPS=1", device="cuda") as env:
         subprocess.Popen(cmd, env={**os.environ, **env})
 
+From the shell (the recipes' MPS=1): ``python recipes/mps.py --folder DIR [--prog NAME] -- CMD...``
+runs CMD (a whole sweep) under such a daemon and exits with CMD's status.
+
 Every refusal is one line (``SystemExit``) before anything else runs: a device other than cuda,
 no ``nvidia-cuda-mps-control`` on PATH, a daemon already serving that folder, one that does not
 start or does not answer, a CUDA process that cannot connect.
 """
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -106,3 +110,23 @@ def mps_daemon(
         stopped = _control(env, "quit", timeout=30)
         if stopped is None or stopped.returncode != 0:
             print(f"{prog}: the MPS daemon did not stop; see {log}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="mps.py", description="CMD under a CUDA MPS daemon")
+    parser.add_argument("--folder", required=True, help="the daemon's pipe and log folders")
+    parser.add_argument("--prog", default="mps.py", help="the name in messages")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD...")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run (expected -- CMD...)")
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with mps_daemon(args.folder, args.prog, device=device) as env:
+        return subprocess.call(command, env={**os.environ, **env})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

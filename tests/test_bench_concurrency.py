@@ -26,30 +26,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import bench_concurrency  # noqa: E402
 
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x$")
-CHANGED = {"--save-dir", "--max-epoch", "--log-interval"}  # the flags each run sets
-
-
-def recipe_training_command(tmp: Path, ptb: Path):
-    env = {**CLI_ENV, "SIZE": "small", "SCHEMES": "none", "PTB_DIR": str(ptb)}
-    env.update(WORK=str(tmp / "recipe"), DEVICE="cpu", VENV=sys.prefix)
-    out = subprocess.run(
-        ["bash", "recipes/ptb.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True
-    ).stdout
-    (line,) = [
-        line[2:] for line in out.splitlines() if line.startswith("+ ") and "fairseq-train" in line
-    ]
-    return shlex.split(line)
-
-
-def without_changed_flags(cmd):
-    """cmd minus the data folder and the flags the benchmark sets per run."""
-    kept, args = [cmd[0]], iter(cmd[2:])
-    for arg in args:
-        if arg in CHANGED:
-            next(args)
-        else:
-            kept.append(arg)
-    return kept
+# what each run sets besides the table's config: its row, no evaluation, the measurement's settings
+PER_RUN = ("task=", "~hydra.callbacks.row", "optimization.max_epoch=", "common.log_interval=")
 
 
 @pytest.fixture
@@ -74,7 +52,7 @@ def processes_naming(text: str):
 
 @pytest.mark.slow
 def test_runs_side_by_side_on_the_cpu(tmp_path, short_tmp, ptb_bin):
-    ptb = require_shared("ptb")
+    require_shared("ptb")
     tmp = short_tmp  # the benchmark's temporary folder goes here
     out = tmp_path / "figures.json"
     argv = ["--device", "cpu", "--arch", "noising_lstm_lm_small", "--runs", "1,2"]
@@ -112,13 +90,21 @@ def test_runs_side_by_side_on_the_cpu(tmp_path, short_tmp, ptb_bin):
     expected = [[r["runs"], r["mean"], r["min"], r["sum"], r["speedup"]] for r in rows]
     assert printed == [[round(x, 2) for x in row] for row in expected], stdout
 
-    # every run trains the recipe's own command; only the data folder and CHANGED differ
+    # every run trains one row of the table's own config; only its row, folder and the
+    # measurement's settings are added
     measured = shlex.split(figures["command"])
-    assert measured[1] == str(ptb_bin)
-    assert without_changed_flags(measured) == without_changed_flags(
-        recipe_training_command(tmp_path, ptb)
-    )
-    assert measured[measured.index("--log-interval") + 1] == "1"
+    assert Path(measured[0]).name == "fairseq-hydra-train"
+    assert measured[1:5] == [
+        "--config-dir",
+        str(REPO / "recipes" / "config"),
+        "--config-name",
+        "ptb_small",
+    ]
+    assert measured[5] == f"task.data={ptb_bin}"
+    rest = measured[6:]
+    assert rest[-1].startswith("hydra.run.dir=") and rest[-2] == "common.cpu=true"
+    assert [a for a in rest[:-2] if not a.startswith(PER_RUN)] == []
+    assert "common.log_interval=1" in rest and "task={noise_scheme:none,noise_gamma:0}" in rest
 
 
 @pytest.mark.slow
