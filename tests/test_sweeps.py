@@ -77,12 +77,18 @@ def _build(model_cfg):
 
 
 @pytest.mark.parametrize("name", ["noising_lstm_lm_small", "noising_lstm_lm_large"])
-def test_the_arch_flag_builds_the_same_size(name, tmp_path, ptb_tiny_bin):
-    from conftest import build_task
+def test_the_arch_flag_builds_the_same_size(name):
+    """fairseq-train --arch NAME: the Namespace and the config fairseq makes of it."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    task, cfg = build_task(lm_train_argv(ptb_tiny_bin, model=("--arch", name)))
-    model = task.build_model(cfg.model)
+    import fairseq_noising.fairseq_plugin  # noqa: F401
+
+    argv = lm_train_argv("data-bin", model=("--arch", name))
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv])
     hidden, layers, dropout = PAPER_SIZES[name]
+    assert (args.hidden_size, args.num_layers, args.dropout) == (hidden, layers, dropout)
+    model = _build(convert_namespace_to_omegaconf(args).model)
     assert size_of(model) == (hidden, layers)
     assert model.decoder.dropout_out.p == dropout
 
