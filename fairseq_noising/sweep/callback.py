@@ -101,6 +101,7 @@ class RowCallback(Callback):
         cfg = OmegaConf.to_container(job, resolve=True, enum_to_str=True)
         hydra = config.hydra
         sources = [s.path for s in hydra.runtime.config_sources if s.provider == "command-line"]
+        sources = [os.path.relpath(p, hydra.runtime.cwd) for p in sources]  # as typed, mostly
         overrides = [o for o in hydra.overrides.hydra if not o.startswith("hydra.mode=")]
         overrides += list(hydra.overrides.task)
         return {
@@ -115,6 +116,7 @@ class RowCallback(Callback):
             "gamma": float(cfg["task"].get("noise_gamma", 0.0)),
             "status": "training",
             "started": record.now(),
+            "cpus": os.cpu_count(),  # of the machine the row runs on
             "training": record.training(run_dir, cfg),
             "config": cfg,
         }

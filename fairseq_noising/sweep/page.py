@@ -113,7 +113,9 @@ def render(records: List[Dict], table: paper.Table, out: str, command: str) -> s
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     training = [r for r in records if r["status"] == "training"]
     complete = [name(r) for r in records if record.ending(r) == "protocol"]
-    hardware = sorted({r["training"]["gpu"] or "CPU" for r in records})
+    hardware = sorted(
+        {r["training"]["gpu"] or f"CPU ({r.get('cpus', '?')} cores)" for r in records}
+    )
     budgets = sorted({r["config"]["optimization"].get("stop_time_hours") or 0 for r in records})
     walls = [r["training"]["wall_seconds"] or 0 for r in records]
     lines = [f"# {table.title}", ""]
