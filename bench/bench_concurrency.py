@@ -6,7 +6,7 @@ fixed time, and prints updates/s per run (mean and slowest) and summed over the 
 speed-up of the sum over N=1.
 
 The command is the table's own: ``fairseq-hydra-train`` with ``recipes/config/ptb_<size>.yaml``
-(``--arch noising_lstm_lm_<size>`` names the size), its none row, without the row's evaluation
+(``--size small|medium|large``, default medium), its none row, without the row's evaluation
 (``~hydra.callbacks.row``). PTB is binarized once with ``fairseq-preprocess --only-source`` into a
 temporary folder, or ``--data-bin DIR`` is read instead. Each run then sets only its folder
 (``hydra.run.dir``, its save dir), ``optimization.max_epoch`` (100000, so that training cannot end
@@ -31,8 +31,8 @@ its own under the temporary folder, stopped at the end). Every process started h
 own process group, killed after each N, on an error and on Ctrl-C; the temporary folder is removed
 unless ``--keep``.
 
-    python bench/bench_concurrency.py --runs 1,4,7,9 --seconds 60 --arch noising_lstm_lm_medium
-    python bench/bench_concurrency.py --device cpu --arch noising_lstm_lm_small --runs 1,2
+    python bench/bench_concurrency.py --runs 1,4,7,9 --seconds 60 --size medium
+    python bench/bench_concurrency.py --device cpu --size small --runs 1,2
 """
 
 import argparse
@@ -118,10 +118,7 @@ def parse_args(argv):
     parser.add_argument("--runs", type=run_counts, default=[1, 2], help="run counts N (1,2)")
     parser.add_argument("--seconds", type=positive(float), default=60.0, help="window (60)")
     parser.add_argument(
-        "--arch",
-        default="noising_lstm_lm_medium",
-        choices=[f"noising_lstm_lm_{size}" for size in SIZES],
-        help="the model, the recipe's SIZE (noising_lstm_lm_medium)",
+        "--size", default="medium", choices=SIZES, help="the table, ptb_<size> (medium)"
     )
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if torch sees one")
     parser.add_argument("--mps", action="store_true", help="run under the NVIDIA MPS (cuda)")
@@ -189,7 +186,7 @@ def run_logged(cmd, log: Path, what):
 
 
 class Run:
-    """One fairseq-train process in a process group of its own; a thread reads its output."""
+    """One fairseq-hydra-train process in a process group of its own; a thread reads its output."""
 
     def __init__(self, cmd, folder: Path, env):
         folder.mkdir(parents=True)
@@ -348,7 +345,7 @@ def training_command(args, device, work: Path, log_interval):
         print(f"{PROG}: binarizing PTB: {shlex.join(prep)}", flush=True)
         run_logged(prep + ["--workers", "2"], work / "preprocess.log", "binarizing PTB")
     cmd = [str(bindir / "fairseq-hydra-train"), "--config-dir", str(REPO / "recipes" / "config")]
-    cmd += ["--config-name", "ptb_" + args.arch[len("noising_lstm_lm_") :]]
+    cmd += ["--config-name", f"ptb_{args.size}"]
     cmd += [f"task.data={Path(data).resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
     cmd += ["~hydra.callbacks.row", f"optimization.max_epoch={MAX_EPOCH}"]
     cmd += [f"common.log_interval={log_interval}"] + (
@@ -394,7 +391,7 @@ def main(argv=None):
         shown = shlex.join(cmd + [f"hydra.run.dir={work / 'n<N>' / 'run<i>'}"])
         print(_common.machine_line(), flush=True)
         print(
-            f"{args.arch} on {device}{' under MPS' if args.mps else ''}, {args.threads} thread(s) "
+            f"ptb_{args.size} on {device}{' under MPS' if args.mps else ''}, {args.threads} thread(s) "
             f"a run; window {args.seconds:g} s after {warmup} warm-up updates; each run:\n  {shown}",
             flush=True,
         )
@@ -408,7 +405,7 @@ def main(argv=None):
     if args.json is not None:
         report = {
             "machine": _common.machine_line(),
-            "arch": args.arch,
+            "size": args.size,
             "device": device,
             "mps": args.mps,
             "threads": args.threads,

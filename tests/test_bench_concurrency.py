@@ -1,9 +1,11 @@
-"""bench/bench_concurrency.py: N fairseq-train runs of the PTB recipe's command side by side.
+"""bench/bench_concurrency.py: N fairseq-hydra-train runs of one row of a PTB table side by side.
 
-The slow test runs it on the CPU with the small model for N=1 and N=2 on the binarized PTB the
+The slow test runs it on the CPU with ``--size small`` for N=1 and N=2 on the binarized PTB the
 other tests share (``--data-bin``: binarizing again would double the test's time) and checks its
-table and --json numbers against each other, the command against the recipe's dry run, and that
-nothing it started is left. The fast tests check its refusals, which come before anything runs.
+table and --json numbers against each other, the command against the table's config, and that
+nothing it started is left. The fast tests check the command it builds, that it reads the
+``train_inner`` lines of fairseq-hydra-train's log, and its refusals, which come before anything
+runs.
 """
 
 import json
@@ -55,7 +57,7 @@ def test_runs_side_by_side_on_the_cpu(tmp_path, short_tmp, ptb_bin):
     require_shared("ptb")
     tmp = short_tmp  # the benchmark's temporary folder goes here
     out = tmp_path / "figures.json"
-    argv = ["--device", "cpu", "--arch", "noising_lstm_lm_small", "--runs", "1,2"]
+    argv = ["--device", "cpu", "--size", "small", "--runs", "1,2"]
     argv += ["--seconds", "5", "--data-bin", str(ptb_bin), "--json", str(out)]
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "bench" / "bench_concurrency.py")] + argv,
@@ -110,7 +112,7 @@ def test_runs_side_by_side_on_the_cpu(tmp_path, short_tmp, ptb_bin):
 @pytest.mark.slow
 def test_ctrl_c_stops_every_run_and_removes_the_folder(short_tmp, ptb_bin):
     tmp = short_tmp
-    argv = ["--device", "cpu", "--arch", "noising_lstm_lm_small", "--runs", "2"]
+    argv = ["--device", "cpu", "--size", "small", "--runs", "2"]
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "bench" / "bench_concurrency.py")]
         + argv
@@ -170,7 +172,7 @@ def test_mps_on_the_cpu_is_refused_before_anything_runs(short_tmp, tmp_path, mon
         (["--runs", "1,x"], "--runs"),
         (["--runs", "0,2"], "--runs"),
         (["--seconds", "-5"], "--seconds"),
-        (["--arch", "lstm_lm"], "--arch"),
+        (["--size", "noising_lstm_lm_small"], "--size"),
         (["--data-bin", "{tmp}"], "--data-bin"),
         (["--ptb-dir", "{tmp}"], "--ptb-dir"),
     ],
@@ -195,3 +197,47 @@ def test_a_temporary_folder_too_deep_for_the_runs_sockets_is_refused(tmp_path, m
     message = str(refused.value)
     assert "set TMPDIR to a shorter folder" in message and "\n" not in message
     assert list(deep.iterdir()) == []
+
+
+@pytest.mark.parametrize("device, size", [("cpu", "small"), ("cuda", "large")])
+def test_each_run_is_the_tables_config_with_the_measurements_overrides(device, size, tmp_path):
+    data = unread_data_bin(tmp_path / "bin")
+    args = bench_concurrency.parse_args(["--size", size, "--data-bin", str(data)])
+    interval = 1 if device == "cpu" else 10
+    cmd = bench_concurrency.training_command(args, device, tmp_path, interval)
+    assert cmd == [
+        str(Path(sys.executable).parent / "fairseq-hydra-train"),
+        "--config-dir",
+        str(REPO / "recipes" / "config"),
+        "--config-name",
+        f"ptb_{size}",
+        f"task.data={data.resolve()}",
+        "task={noise_scheme:none,noise_gamma:0}",
+        "~hydra.callbacks.row",
+        "optimization.max_epoch=100000",
+        f"common.log_interval={interval}",
+    ] + (["common.cpu=true"] if device == "cpu" else [])
+    assert list(tmp_path.iterdir()) == [data]  # nothing binarized: --data-bin is read
+
+
+def test_the_train_inner_lines_of_hydras_log_are_read(tmp_path):
+    """fairseq-hydra-train's stdout carries its log with Hydra's prefix; the other lines (the
+    epoch's summary, validation) name num_updates too and are not train_inner lines."""
+    lines = [
+        "[2026-11-25 01:53:53,100][fairseq_cli.train][INFO] - training on 1 devices (GPUs/TPUs)",
+        "[2026-11-25 01:53:53,100][train_inner][INFO] - epoch 001:     10 / 1327 loss=9.1, "
+        "ppl=549.3, wps=1200, ups=3.4, wpb=700, bsz=20, num_updates=10, lr=1, gnorm=2.1, wall=4",
+        "[2026-11-25 01:53:56,100][valid][INFO] - epoch 001 | valid on 'valid' subset | "
+        "loss 8 | num_updates 1327",
+        "[2026-11-25 01:53:57,100][train_inner][INFO] - epoch 001:     20 / 1327 loss=8.8, "
+        "num_updates=20, lr=1, wall=7",
+        "[2026-11-25 01:53:58,100][train][INFO] - epoch 001 | loss 8.7 | num_updates 1327",
+    ]
+    script = f"import sys; sys.stdout.write({chr(10).join(lines) + chr(10)!r})"
+    run = bench_concurrency.Run([sys.executable, "-c", script], tmp_path / "run", None)
+    run.proc.wait(30)
+    run.reader.join(30)
+    run.log.close()
+    assert run.updates == [10, 20] and len(run.times) == 2
+    assert run.last()[1] == 20
+    assert (tmp_path / "run" / "train.log").read_text().splitlines() == lines

@@ -62,11 +62,17 @@ def calls(record):
 @pytest.mark.parametrize("status", [0, 3])
 def test_the_command_runs_under_the_daemon_which_is_stopped_after(status, stand_in, tmp_path):
     seen = tmp_path / "seen"
-    script = f"import os; open({str(seen)!r}, 'w').write(os.environ['CUDA_MPS_PIPE_DIRECTORY'])"
+    # the command records the pipe folder it was pointed at and whether the daemon was running
+    pipe_var = "os.environ['CUDA_MPS_PIPE_DIRECTORY']"
+    script = (
+        f"import os; open({str(seen)!r}, 'w').write("
+        f"{pipe_var} + ' ' + str(os.path.exists(os.path.join({pipe_var}, 'running'))))"
+    )
     command = [sys.executable, "-c", f"{script}; raise SystemExit({status})"]
     assert mps.main(["--folder", str(tmp_path / "mps"), "--", *command]) == status
     pipe = tmp_path / "mps" / "pipe"
-    assert seen.read_text() == str(pipe)
+    assert seen.read_text() == f"{pipe} True"
+    assert not (pipe / "running").exists()
     # answered before -d (no daemon of ours yet), started, answered, then stopped
     assert calls(stand_in) == ["get_server_list", "-d", "get_server_list", "quit"]
 
