@@ -18,7 +18,6 @@ import torch.distributed as dist
 from fairseq import checkpoint_utils
 from fairseq.data import iterators
 
-_MISSING = object()
 logger = logging.getLogger(__name__)
 
 
@@ -38,21 +37,12 @@ def indexed_tokens(dataset) -> Optional[np.ndarray]:
     return np.frombuffer(buffer, dtype=index.dtype, count=count, offset=start).astype(np.int64)
 
 
-def best_validation_value(default=_MISSING):
-    """fairseq's running best validation value, which also decides ``checkpoint_best.pt``.
-
-    Depends on ``checkpoint_utils.save_checkpoint`` keeping it in the function attribute
-    ``save_checkpoint.best`` (set after every validation that saves, restored from a checkpoint's
-    ``extra_state["best"]`` on resume). Returns ``default`` when no validation has set it yet.
-    """
-    return getattr(checkpoint_utils.save_checkpoint, "best", default)
-
-
 def forget_best_validation_value() -> None:
     """Starts fairseq's running best validation value afresh, for a new training in this process.
 
-    Depends on ``checkpoint_utils.save_checkpoint.best`` (see :func:`best_validation_value`),
-    which lives as long as the process: a second training in one process (rows of a Hydra sweep
+    Depends on ``checkpoint_utils.save_checkpoint`` keeping that best in the function attribute
+    ``save_checkpoint.best`` (it also decides ``checkpoint_best.pt``), which lives as long as the
+    process: a second training in one process (rows of a Hydra sweep
     under the basic launcher, or in a reused joblib worker) would compare its validations with the
     first one's best and might write no ``checkpoint_best.pt``. Called when a task is set up,
     which comes before fairseq restores a resumed training's own best from its checkpoint.
@@ -81,11 +71,31 @@ def trainer_of(scheduler):
     of the ``Trainer`` (``load_checkpoint``, ``lr_step``), which keeps the scheduler in
     ``_lr_scheduler``. Returns None when no caller holds this scheduler.
     """
-    frame = sys._getframe(1)
+    frame = _trainer_frame(scheduler)
+    return None if frame is None else frame.f_locals["self"]
+
+
+def checkpoint_being_loaded(scheduler) -> Optional[dict]:
+    """The checkpoint that the trainer is loading into ``scheduler`` (less its model), or None.
+
+    fairseq saves an epoch's checkpoint before it hands that epoch's validation loss to the
+    scheduler, and saves inside an epoch with no scheduler call at all; the loss that preceded the
+    save is in the checkpoint's ``extra_state["val_loss"]`` (see :func:`checkpoint_position`), but
+    ``load_state_dict`` is given only the scheduler's own state. Depends on
+    ``Trainer.load_checkpoint`` holding the loaded checkpoint in its local variable ``state`` (on
+    every data-parallel rank) while it calls ``load_state_dict`` and then ``lr_step``.
+    """
+    frame = _trainer_frame(scheduler, "load_checkpoint")
+    return None if frame is None else frame.f_locals.get("state")
+
+
+def _trainer_frame(scheduler, method=None):
+    frame = sys._getframe(2)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if getattr(owner, "_lr_scheduler", None) is scheduler and hasattr(owner, "get_model"):
-            return owner
+            if method is None or frame.f_code.co_name == method:
+                return frame
         frame = frame.f_back
     return None
 
@@ -100,27 +110,31 @@ def checkpoint_path(trainer, name: str) -> str:
     return os.path.join(trainer.cfg.checkpoint.save_dir, f"{name}{trainer.checkpoint_suffix}.pt")
 
 
-def checkpoint_position(state) -> Tuple[Optional[int], Optional[float], str]:
-    """(number of updates, validation value, where in training) of a loaded fairseq checkpoint.
+def checkpoint_position(state) -> dict:
+    """Where in training a loaded fairseq checkpoint was saved, and after which validation.
 
-    Depends on ``Trainer.state_dict`` and ``checkpoint_utils.save_checkpoint``: the updates in
-    ``optimizer_history[-1]["num_updates"]``, the ``--best-checkpoint-metric`` value that decided
-    the save in ``extra_state["val_loss"]``, and the epoch iterator's state in
-    ``extra_state["train_iterator"]`` (at the end of epoch e it already names epoch e + 1, with
-    0 iterations done).
+    Returns ``{"updates", "loss", "epoch", "inside", "where"}``: the number of updates, the
+    ``--best-checkpoint-metric`` value of the validation that preceded the save (None: none), the
+    epoch, whether the save was inside it, and those in words. Depends on ``Trainer.state_dict``
+    and ``checkpoint_utils.save_checkpoint``: the updates in
+    ``optimizer_history[-1]["num_updates"]``, the value in ``extra_state["val_loss"]``, and the
+    epoch iterator's state in ``extra_state["train_iterator"]`` (at the end of epoch e it already
+    names epoch e + 1, with 0 iterations done).
     """
     history = state.get("optimizer_history") or [{}]
     extra = state.get("extra_state") or {}
     itr = extra.get("train_iterator") or {}
-    epoch, done = itr.get("epoch"), itr.get("iterations_in_epoch", 0)
+    epoch, inside = itr.get("epoch"), bool(itr.get("iterations_in_epoch", 0))
     updates = history[-1].get("num_updates")
     if epoch is None:
         where = "an unknown point"
-    elif done:
+    elif inside:
         where = f"update {updates} inside epoch {epoch}"
     else:
-        where = f"the end of epoch {epoch - 1}"
-    return updates, extra.get("val_loss"), where
+        epoch -= 1
+        where = f"the end of epoch {epoch}"
+    loss = extra.get("val_loss")
+    return dict(updates=updates, loss=loss, epoch=epoch, inside=inside, where=where)
 
 
 def optimizer_values(trainer, optimizer, state) -> list:

@@ -43,6 +43,7 @@ from halving_kit import (
 
 from fairseq_noising import fairseq_compat
 from fairseq_noising.errors import NoisingError
+from fairseq_noising.optim import halving_rule
 
 
 # ---------------------------------------------------------------------------- fairseq's side
@@ -70,12 +71,12 @@ class FakeTrainer:
     def get_criterion(self):
         return None
 
-    def load_checkpoint(self, checkpoint):
-        last = checkpoint["optimizer_history"][-1]
+    def load_checkpoint(self, state):  # the name of the checkpoint in Trainer.load_checkpoint
+        last = state["optimizer_history"][-1]
         self._lr_scheduler.load_state_dict(last["lr_scheduler_state"])
-        self._lr_scheduler.optimizer.load_state_dict(checkpoint["last_optimizer_state"])
+        self._lr_scheduler.optimizer.load_state_dict(state["last_optimizer_state"])
         self._lr_scheduler.step_update(last["num_updates"])
-        self.lr_step(checkpoint["extra_state"]["train_iterator"]["epoch"])
+        self.lr_step(state["extra_state"]["train_iterator"]["epoch"])
 
     def load_scheduler(self, state, epoch):
         self._lr_scheduler.load_state_dict(state)
@@ -125,14 +126,15 @@ def fairseq_epoch(scheduler, model, epoch, loss, save_dir=None):
     return checkpoint
 
 
-def resume(checkpoint, save_dir):
+def resume(checkpoint, save_dir, **overrides):
     """fairseq-train resuming from ``checkpoint`` in a fresh process, as the scheduler sees it:
     trainer.load_checkpoint, then checkpoint_utils.load_checkpoint restores fairseq's best and
-    calls trainer.lr_step again. Returns (scheduler, model, trainer)."""
+    calls trainer.lr_step again. ``overrides``: scheduler options. Returns (scheduler, model,
+    trainer)."""
     del_fairseq_best()
     model = Tiny()
     model.load_state_dict(checkpoint["model"])
-    scheduler, _ = build(model=model)
+    scheduler, _ = build(model=model, **overrides)
     trainer = FakeTrainer(scheduler, model, save_dir)
     trainer.load_checkpoint(checkpoint)  # fairseq's best not restored yet
     set_fairseq_best(safe_roundtrip(checkpoint["extra_state"]["best"]))  # a new float object
@@ -144,15 +146,28 @@ def scheduler_state(checkpoint):
     return checkpoint["optimizer_history"][-1]["lr_scheduler_state"]
 
 
+def decided(state, scheduler):
+    """What a saved state's validations decided: (halvings, best value, its updates, lr)."""
+    p = halving_rule.replay(state["validations"], scheduler.cfg)
+    best = p.best or {}
+    return (
+        p.halvings,
+        best.get("loss"),
+        best.get("updates"),
+        halving_rule.rate(scheduler.cfg, p.halvings),
+    )
+
+
 # ---------------------------------------------------------------------------- fast tier
 def test_state_dict_roundtrip_continues_identically(tmp_path):
     a, model_a = build()
     for epoch, loss in enumerate([5.0, 4.0, 4.5, 4.2], 1):
         fairseq_epoch(a, model_a, epoch, loss, tmp_path)
     state = safe_roundtrip(a.state_dict())
-    assert state["halvings"] == 2 and state["best"] == 4.0 and state["lr"] == 0.25
+    halvings, best, best_updates, lr = decided(state, a)
+    assert halvings == 2 and best == 4.0 and lr == 0.25
     # the best parameters are not in the state: checkpoint_best.pt holds them (epoch 2, update 2)
-    assert state["best_params"] is None and state["best_updates"] == 2
+    assert state["best_params"] is None and best_updates == 2
 
     model_b = copy.deepcopy(model_a)
     b, _ = build(model=model_b)
@@ -168,10 +183,15 @@ def test_state_dict_roundtrip_continues_identically(tmp_path):
         assert same(params(model_a), params(model_b))
 
 
-def version_1(state, best_params):
-    """A scheduler state as version 1 wrote it: the best parameters inside, no "best_updates"."""
-    state = {k: v for k, v in state.items() if k != "best_updates"}
-    return safe_roundtrip({**state, "version": 1, "best_params": best_params})
+def version_1(state, best_params, cfg):
+    """The state that version 1 of the scheduler wrote where ``state`` was written: what the
+    validations had decided (13 keys; the best updates unknown), the best parameters inside."""
+    p, last = halving_rule.replay(state["validations"], cfg), state["validations"][-1]
+    old = dict(lr=halving_rule.rate(cfg, p.halvings), best=p.best["loss"], halvings=p.halvings)
+    old.update(best_epoch=p.best["epoch"], halving_started=p.started, last_loss=p.last)
+    old.update(epoch=last["epoch"] + 1, last_step_epoch=last["epoch"], fairseq_best=p.best["loss"])
+    old.update(num_updates=last["updates"], version=1, best_params=best_params)
+    return safe_roundtrip(old)
 
 
 def test_loading_best_parameters_of_another_model_is_refused():
@@ -180,7 +200,7 @@ def test_loading_best_parameters_of_another_model_is_refused():
     other = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Linear(5, 2))  # 4 tensors too
     resumed, _ = build(model=other)
     with pytest.raises(NoisingError, match=r"do not match the model .* --reset-lr-scheduler"):
-        resumed.load_state_dict(version_1(saved.state_dict(), saved.best_params))
+        resumed.load_state_dict(version_1(saved.state_dict(), saved.best_params, saved.cfg))
 
 
 def test_version_1_checkpoints_still_load_and_restore_their_own_copy(tmp_path):
@@ -191,7 +211,7 @@ def test_version_1_checkpoints_still_load_and_restore_their_own_copy(tmp_path):
         kept = [t.clone() for t in live.best_params] if live.best_params else None
         checkpoint = fairseq_epoch(live, model, epoch, loss)  # no checkpoint_best.pt at all
     checkpoint["optimizer_history"][-1]["lr_scheduler_state"] = version_1(
-        scheduler_state(checkpoint), kept
+        scheduler_state(checkpoint), kept, live.cfg
     )
     resumed, resumed_model, _ = resume(checkpoint, tmp_path)  # replays epoch 3: restores epoch 2
     assert resumed.halvings == 1 and resumed.best_epoch == 2
@@ -215,7 +235,7 @@ def test_resume_replays_the_decision_the_checkpoint_was_saved_before(losses, tmp
     for epoch, loss in enumerate(losses, 1):
         checkpoint = fairseq_epoch(live, model, epoch, loss, tmp_path)
     state = scheduler_state(checkpoint)
-    assert state["last_step_epoch"] == len(losses) - 1  # saved before the step
+    assert state["validations"][-1]["epoch"] == len(losses) - 1  # saved before the step
     assert state["best_params"] is None  # the parameters are in the checkpoint once
     resumed, resumed_model, _ = resume(checkpoint, tmp_path)
     assert resumed.optimizer.get_lr() == live.optimizer.get_lr()
@@ -228,6 +248,47 @@ def test_resume_replays_the_decision_the_checkpoint_was_saved_before(losses, tmp
     assert same(resumed.best_params, live.best_params)
     if live.finished:
         assert resumed.optimizer.get_lr() == 0.0
+
+
+VERSION_2 = os.path.join(os.path.dirname(__file__), "data", "paper_halving_v2")
+
+
+@pytest.mark.parametrize(
+    "rule, losses, later",
+    [
+        ("plateau", [5.0, 4.0, 4.5, 4.2], [3.0, 3.5]),  # saved with 1 halving, best epoch 2
+        ("threshold", [5.0, 4.0, 3.99, 3.98], [4.5, 3.9, 3.95]),  # halving from epoch 3 on
+    ],
+)
+def test_checkpoints_of_the_previous_state_version_resume_as_an_uninterrupted_run(
+    rule, losses, later, tmp_path
+):
+    """tests/data/paper_halving_v2/make.py: the tiny model's checkpoints written by the previous
+    version of the scheduler (state version 2: what the validations had decided) after the
+    epochs with ``losses``, before the last one's decision. Resumed, the run goes on as this
+    version's run from the same seed that was never interrupted."""
+    options = dict(halving_threshold=0.01, best_checkpoint_metric="nll_loss")
+    options = options if rule == "threshold" else {}
+    saved = tmp_path / "v2"
+    shutil.copytree(os.path.join(VERSION_2, f"tiny-{rule}"), saved)
+    checkpoint = torch.load(saved / "checkpoint_last.pt", weights_only=True)
+    assert scheduler_state(checkpoint)["version"] == 2 and "halvings" in scheduler_state(checkpoint)
+    torch.manual_seed(0)  # as make.py built its model
+    live, model = build(**options)
+    for epoch, loss in enumerate(losses, 1):
+        fairseq_epoch(live, model, epoch, loss, tmp_path)
+    resumed, resumed_model, _ = resume(checkpoint, saved, **options)
+    for epoch, loss in enumerate([None] + later, len(losses)):
+        if loss is not None:
+            fairseq_epoch(live, model, epoch, loss, tmp_path)
+            fairseq_epoch(resumed, resumed_model, epoch, loss, saved)
+        assert (resumed.optimizer.get_lr(), resumed.halvings, resumed.best_epoch) == (
+            live.optimizer.get_lr(),
+            live.halvings,
+            live.best_epoch,
+        ), epoch
+        assert same(params(resumed_model), params(model)), epoch
+    assert live.halvings >= 2  # the continuation halved and restored
 
 
 def test_resume_from_a_mid_epoch_checkpoint_replays_nothing(caplog, tmp_path):
@@ -246,20 +307,26 @@ def test_resume_from_a_mid_epoch_checkpoint_replays_nothing(caplog, tmp_path):
     assert same(resumed.best_params, live.best_params)
 
 
-def test_resume_without_fairseq_best_warns_and_goes_on(caplog, tmp_path):
+def test_resume_without_fairseq_best_replays_from_the_value_saved_with_the_checkpoint(
+    caplog, tmp_path
+):
+    """--reset-meters: fairseq never restores its running best; the epoch's own validation value
+    is in the checkpoint (extra_state["val_loss"]), and the decision is replayed from it."""
     live, model = build()
     for epoch, loss in enumerate([5.0, 6.0], 1):
         checkpoint = fairseq_epoch(live, model, epoch, loss, tmp_path)
     del_fairseq_best()
-    resumed, _ = build(model=model)
-    trainer = FakeTrainer(resumed, model, tmp_path)
-    trainer.load_checkpoint(checkpoint)
-    trainer.lr_step(3)  # e.g. --reset-meters: fairseq never restores its best
-    with caplog.at_level(logging.WARNING):
+    resumed, resumed_model = build(model=copy.deepcopy(model))
+    trainer = FakeTrainer(resumed, resumed_model, tmp_path)
+    with caplog.at_level(logging.INFO):
+        trainer.load_checkpoint(checkpoint)
+        trainer.lr_step(3)
         trainer.lr_step_begin_epoch(3)
-    assert "could not replay the decision for epoch 2" in caplog.text
-    assert resumed.optimizer.get_lr() == 1.0 and resumed.halvings == 0
-    assert same(resumed.best_params, live.best_params)  # epoch 1's, from checkpoint_best.pt
+    assert "replaying it from the validation value saved with it, 6" in caplog.text
+    assert resumed.optimizer.get_lr() == live.optimizer.get_lr() == 0.5
+    assert resumed.halvings == live.halvings == 1
+    assert same(params(resumed_model), params(model))  # epoch 1's, from checkpoint_best.pt
+    assert same(resumed.best_params, live.best_params)
 
 
 def tensors_in(obj):
@@ -534,7 +601,7 @@ def test_fairseq_train_resumed_restores_checkpoint_best_as_an_uninterrupted_run(
     interrupted = tmp_path / "interrupted"
     shutil.copytree(parts, interrupted)
     log = run(ptb_tiny_bin, parts, caplog, "--max-epoch", 4)
-    assert "replaying it from fairseq's best validation value 4" in log
+    assert "replaying it from the validation value saved with it, 4.5" in log
     assert decisions(log) == [("3", "1", ""), ("4", "2", "")]
     assert log.count("restored the parameters of epoch 2") == 2
     assert "begin training epoch 3" not in log
@@ -543,6 +610,21 @@ def test_fairseq_train_resumed_restores_checkpoint_best_as_an_uninterrupted_run(
     assert not equal_models(
         load(parts / "checkpoint_last.pt")["model"], load(parts / "checkpoint_best.pt")["model"]
     )
+
+    # the same from the checkpoints of the previous version of the scheduler (state version 2)
+    old = tmp_path / "version-2"
+    shutil.copytree(os.path.join(VERSION_2, "fairseq-train"), old)
+    assert load(old / "checkpoint_last.pt")["optimizer_history"][-1]["lr_scheduler_state"] == {
+        **load(old / "checkpoint_last.pt")["optimizer_history"][-1]["lr_scheduler_state"],
+        "version": 2,
+        "halvings": 0,
+        "best_epoch": 2,
+    }
+    log = run(ptb_tiny_bin, old, caplog, "--max-epoch", 4)
+    assert "replaying it from the validation value saved with it, 4.5" in log
+    assert decisions(log) == [("3", "1", ""), ("4", "2", "")]
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+        assert equal_models(load(whole / name)["model"], load(old / name)["model"]), name
 
     # the same resume without checkpoint_best.pt, or with another point's, stops before training
     for kind in ("missing", "another point"):

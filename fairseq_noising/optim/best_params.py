@@ -83,10 +83,9 @@ class BestParameters:
 def read_best_checkpoint(trainer, optimizer) -> dict:
     """What ``checkpoint_best.pt`` holds, for a scheduler that resumes without a kept copy.
 
-    Returns ``{"path", "updates", "value", "where", "tensors"}``: the number of updates and the
-    validation value it was saved with, where in training, and its values of
-    ``optimizer.params`` (new CPU tensors); or ``{"path", "error"}`` saying why it cannot be
-    used. Under data-parallel training rank 0 reads the file and every rank gets the result.
+    Returns ``{"path", "tensors", ...}``: its values of ``optimizer.params`` (new CPU tensors)
+    and where it was saved (:func:`.fairseq_compat.checkpoint_position`: updates, loss, ...); or
+    ``{"path", "error"}`` saying why it cannot be used. Under data-parallel training rank 0 reads the file and every rank gets the result.
     """
     if trainer is None:
         return {
@@ -105,9 +104,9 @@ def _read(path, trainer, optimizer):
     except Exception as e:  # a truncated or foreign file: zip, pickle or torch errors
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return {"path": path, "error": f"cannot be read ({reason})"}
-    updates, value, where = fairseq_compat.checkpoint_position(state)
+    position = fairseq_compat.checkpoint_position(state)
     try:
         tensors = fairseq_compat.optimizer_values(trainer, optimizer, state)
     except ValueError as e:
         return {"path": path, "error": f"does not match the model ({e})"}
-    return {"path": path, "updates": updates, "value": value, "where": where, "tensors": tensors}
+    return {"path": path, "tensors": tensors, **position}
