@@ -21,7 +21,7 @@ Figures printed:
   ``choice`` re-checks and re-sums q over the whole vocabulary at every call; shown for reference
   only -- the headline ratio is against the faithful port, the conservative baseline).
 
-The implementations run in ``--rounds`` alternating rounds (the machine is shared: interleaving
+The implementations run in ``--rounds`` alternating rounds (on a shared machine, interleaving
 exposes them to the same background load); tokens/s is reported from the median per-batch time,
 next to the best whole pass. ``--stack N`` also times the plugin on N batches stacked in one call,
 which separates numpy's per-call overhead from the per-token cost.
@@ -133,7 +133,7 @@ def alg1_choice_kn(x, y, gamma_of, q, vocab_size):
 class Timer:
     """Per-batch wall times of several implementations, measured in alternating rounds.
 
-    The machine is shared: interleaving the implementations round by round exposes them to the
+    On a shared machine, interleaving the implementations round by round exposes them to the
     same background load, and the median batch time ignores the batches a neighbour preempted.
     """
 

@@ -4,7 +4,7 @@ In-process (a notebook, a sweep driver, a test) a :class:`NoisingError` is an or
 ``ValueError``. Only at a program's boundary does it become ``fairseq-noising: error: <message>``
 on stderr and exit status 1, without a traceback: in the console scripts through
 :func:`exit_on_error`, in ``fairseq-train`` and fairseq's other commands through the hook that
-:func:`install_excepthook` installs when fairseq loads the plugin.
+:func:`install_excepthook` installs when the plugin is loaded in one of them (and nowhere else).
 """
 
 import sys

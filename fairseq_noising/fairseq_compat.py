@@ -271,3 +271,25 @@ def _destroy_gloo_group() -> None:
     if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
         dist.destroy_process_group()
         logger.info("left the gloo process group before interpreter shutdown")
+
+
+def running_fairseq_command() -> bool:
+    """Whether this process is one of fairseq's commands (``fairseq-train``,
+    ``fairseq-hydra-train``, ``fairseq-eval-lm``, ``fairseq-generate``, ... or ``python -m
+    fairseq_cli.<command>``), or a process that one started with ``torch.multiprocessing.spawn``.
+
+    Only such a process is a program the plugin may change globally (an exception hook, an
+    ``atexit`` handler); a notebook, a sweep driver or a test harness that imports the plugin
+    keeps its interpreter as it was. Depends on where fairseq keeps its commands: each is a module
+    ``fairseq_cli.<command>`` whose function ``cli_main`` fairseq's ``setup.py`` declares as the
+    console script's entry point (``fairseq-train = fairseq_cli.train:cli_main``), so the script
+    pip writes for it runs ``from fairseq_cli.train import cli_main`` as ``__main__`` (a spawned
+    process runs that script again as its ``__main__``), and ``python -m fairseq_cli.train`` runs
+    the module itself as ``__main__``, whose ``__spec__`` names it. Not by the program's name:
+    this package's own console scripts are called ``fairseq-noise-*``.
+    """
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", "").startswith("fairseq_cli."):
+        return True
+    entry = getattr(main, "cli_main", None)
+    return (getattr(entry, "__module__", None) or "").startswith("fairseq_cli.")

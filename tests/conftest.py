@@ -1,5 +1,8 @@
 """Shared fixtures: where the real data lives, binarized slices of it in temporary folders
-(``PTB_SLICES``), and the command lines the tests run fairseq with (``COMMON``, ``lm_train_argv``).
+(``PTB_SLICES``), the command lines the tests run fairseq with (``COMMON``, ``lm_train_argv``,
+``stateful_lm_argv``), and helpers that several test modules share: the plugin's uniforms the
+oracle draws with (``uniforms_of``), the one-line error check (``one_line``) and
+``processes_naming``.
 
 Real data comes from ``$FAIRSEQ_NOISING_SHARED`` or ``<repo>/../shared/data``, else it is
 downloaded once into a cache folder (``tests/data_cache.py``). When it can be had from nowhere, the
@@ -222,8 +225,11 @@ def build_task(argv):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     # fairseq-train imports --user-dir, which registers the plugin; in this process the package
-    # may have been imported before fairseq was (then fairseq skips it and nothing registers)
-    import fairseq_noising.fairseq_plugin  # noqa: F401
+    # may have been imported before fairseq was (then fairseq skips it and nothing registers), so
+    # the sub-packages that the command line may name register here: --task, --arch, --lr-scheduler
+    import fairseq_noising.models  # noqa: F401
+    import fairseq_noising.optim  # noqa: F401
+    import fairseq_noising.tasks  # noqa: F401
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, input_args=[str(a) for a in argv])
@@ -257,6 +263,14 @@ def lm_train_argv(
     return [*argv, *extra]
 
 
+def stateful_lm_argv(data, *extra, **options):
+    """:func:`lm_train_argv` for stateful BPTT: ``--stateful-bptt`` over 5 rows (``--batch-size
+    5``) with the 16-unit small model (TINY_NOISING_LM), then ``extra``; ``options`` go to
+    lm_train_argv (another ``model``, the ``scheme`` and ``gamma``, the paper's SGD at ``lr``)."""
+    options = {"model": TINY_NOISING_LM, **options}
+    return lm_train_argv(data, "--stateful-bptt", "--batch-size", 5, *extra, **options)
+
+
 @pytest.fixture(scope="session")
 def ptb_oracle():
     """tests/oracle.py's statistics of the PTB training text, read the authors' way."""
@@ -267,6 +281,47 @@ def ptb_oracle():
 
 # fairseq's end of sentence is the authors' <eos>
 FAIRSEQ_TO_AUTHORS = {"</s>": "<eos>"}
+
+
+def uniforms_of(seed, epoch, ids, positions, side=0):
+    """The three uniforms per position that the plugin's counter-based generator gives for the
+    examples ``ids`` ([B]) at ``positions`` ([B, T] or [1, T]) of one ``side`` (the oracle's
+    random source, in place of the authors' np.random): noising draw, context replacement,
+    target replacement."""
+    import numpy as np
+
+    from fairseq_noising.noiser import _GOLDEN, _mix, position_hashes
+
+    hashes = position_hashes(seed, epoch, ids, positions, side)
+    low = np.uint64(0xFFFFFFFF)
+    with np.errstate(over="ignore"):
+        second = _mix(hashes ^ _GOLDEN)
+    scale = 1.0 / 2.0**32
+    return (hashes >> np.uint64(32)) * scale, (hashes & low) * scale, (second & low) * scale
+
+
+def one_line(error) -> str:
+    """The message of a raised NoisingError (``pytest.raises``'s ``error``), checked to be one
+    line, ``fairseq-noising: error: <message>``, with the prefix once."""
+    text = str(error.value)
+    assert text.startswith("fairseq-noising: error: ") and "\n" not in text, text
+    assert text.count("error:") == 1, text  # no prefix inside the prefix
+    return text
+
+
+def processes_naming(text: str):
+    """The pids of the running processes whose command line contains ``text`` (a folder's path,
+    say, to find what a test started below it)."""
+    needle = text.encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if needle in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:  # gone meanwhile
+                pass
+    return pids
 
 
 def pytest_configure(config):

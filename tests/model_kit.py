@@ -11,7 +11,7 @@ from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models import build_model
 
-import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the models)
+import fairseq_noising.models  # noqa: F401  (registers the models)
 from fairseq_noising.models.noising_lstm_lm import NoisingLSTMLanguageModel
 from fairseq_noising.models.noising_lstm_seq2seq import NoisingLSTMSeq2SeqModel
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, processes_naming
 
 SCRIPT = REPO / "recipes" / "slurm_local.sh"
 BASH = shutil.which("bash") or "/bin/bash"
@@ -77,20 +77,6 @@ def _free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports on 127.0.0.1")
 
 
-def processes_naming(folder: Path):
-    """The pids of the running processes whose command line names a path in folder."""
-    needle = f"{folder}/".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if needle in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:  # gone meanwhile
-                pass
-    return pids
-
-
 def slurm_local(command, state_dir, env=None, timeout=120):
     return subprocess.run(
         [BASH, str(SCRIPT), command, str(state_dir)],
@@ -125,4 +111,4 @@ def slurm_cluster(tmp_path_factory):
     finally:
         proc = slurm_local("stop", state_dir, env)
         assert proc.returncode == 0, proc.stderr
-        assert processes_naming(state_dir) == [], "daemons still running after stop"
+        assert processes_naming(f"{state_dir}/") == [], "daemons still running after stop"

@@ -17,7 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CLI_ENV, TINY_NOISING_LM, TOKENS_PER_SAMPLE, cli, lm_train_argv, run_cli
+from conftest import (
+    CLI_ENV,
+    TINY_NOISING_LM,
+    TOKENS_PER_SAMPLE,
+    cli,
+    lm_train_argv,
+    one_line,
+    run_cli,
+)
 
 from fairseq_noising.analysis import divergence, logs, ngrams, pseudocounts
 from fairseq_noising.cli import analyze
@@ -64,7 +72,8 @@ def reference(tiny):
     """The model and the raw-text streams, loaded without the analysis code."""
     from fairseq import checkpoint_utils
 
-    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
+    import fairseq_noising.models  # noqa: F401  (registers with fairseq)
+    import fairseq_noising.tasks  # noqa: F401  (registers with fairseq)
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(tiny["ckpt"])], arg_overrides={"data": str(tiny["data"])}
@@ -460,8 +469,9 @@ def test_curves_reads_the_logs(tmp_path, capsys):
 def test_sweep_from_logs_and_a_checkpoint(tiny, tmp_path):
     from fairseq import checkpoint_utils
 
-    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
+    from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
 
+    allow_fairseq_checkpoints()  # for the checkpoint this test reads itself, below
     runs = []
     for scheme, gamma, best in (
         ("unigram", 0.1, 120.0),
@@ -581,13 +591,6 @@ def test_pseudocounts_cli_agrees_with_the_formula(tiny, tmp_path, scheme):
 
 # --------------------------------------------------------------------------------------------
 # bad input: one line, ``fairseq-noising: error: <message>``, the prefix once
-
-
-def one_line(error) -> str:
-    text = str(error.value)
-    assert text.startswith("fairseq-noising: error: ") and "\n" not in text, text
-    assert text.count("error:") == 1, text  # no prefix inside the prefix
-    return text
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CLI_ENV, REPO, require_shared
+from conftest import CLI_ENV, REPO, processes_naming, require_shared
 
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -39,17 +39,6 @@ def short_tmp():
     folder = Path(tempfile.mkdtemp(prefix="bc-"))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def processes_naming(text: str):
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().decode(errors="replace"):
-                found.append(cmdline.parent.name)
-        except OSError:  # the process ended meanwhile
-            pass
-    return found
 
 
 @pytest.mark.slow

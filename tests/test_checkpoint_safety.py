@@ -17,10 +17,12 @@ import pytest
 import torch
 from conftest import CLI_ENV, COMMON, TINY_LM, TINY_MT, lm_train_argv, run_cli
 
-import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the allow-list in this process)
 from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
 
-# tiny models: one intra-op thread is faster than two fighting over a 2-core machine
+allow_fairseq_checkpoints()  # in this process, as importing a fairseq-side sub-package does
+
+# tiny models: one intra-op thread (CLI_ENV) runs them faster than several threads contending
+# for a few cores
 
 
 def _run(args, cwd):
@@ -49,7 +51,7 @@ def _train_lm(data, save_dir, max_update, cwd):
 
 
 @pytest.fixture(scope="module")
-def lm_run(ptb_small_bin, tmp_path_factory):
+def trained_lm(ptb_small_bin, tmp_path_factory):
     """A stock lstm_lm trained for 4 updates (checkpoints at 2 and 4 updates, best, last)."""
     work = tmp_path_factory.mktemp("ckpt_safety_lm")
     save_dir = work / "checkpoints"
@@ -60,21 +62,21 @@ def lm_run(ptb_small_bin, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_lm_checkpoint_needs_the_allow_list(lm_run):
+def test_lm_checkpoint_needs_the_allow_list(trained_lm):
     """The checkpoint really contains non-tensor globals, so the safe loader has work to do."""
-    needed = _globals_stock_torch_refuses(lm_run["save_dir"] / "checkpoint_1_2.pt")
+    needed = _globals_stock_torch_refuses(trained_lm["save_dir"] / "checkpoint_1_2.pt")
     assert "argparse.Namespace" in needed
     # ... and, with the plugin's allow-list in place, nothing is left over
     assert not torch.serialization.get_unsafe_globals_in_checkpoint(
-        str(lm_run["save_dir"] / "checkpoint_1_2.pt")
+        str(trained_lm["save_dir"] / "checkpoint_1_2.pt")
     )
 
 
 @pytest.mark.slow
-def test_safe_torch_load_in_process(lm_run):
+def test_safe_torch_load_in_process(trained_lm):
     """After ``import fairseq_noising``, plain ``torch.load`` (weights_only by default) works."""
     for name in ("checkpoint_1_2.pt", "checkpoint_best.pt"):
-        path = lm_run["save_dir"] / name
+        path = trained_lm["save_dir"] / name
         state = torch.load(path)
         assert torch.load(path, weights_only=True).keys() == state.keys()
         assert "decoder.embed_tokens.weight" in state["model"]
@@ -103,10 +105,10 @@ print("PLUGIN LOADED", state["optimizer_history"][-1]["num_updates"])
 
 
 @pytest.mark.slow
-def test_plugin_is_what_makes_it_load(lm_run):
+def test_plugin_is_what_makes_it_load(trained_lm):
     """In a fresh interpreter stock fairseq cannot load the checkpoint; importing the plugin fixes it."""
     proc = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS, str(lm_run["save_dir"] / "checkpoint_1_2.pt")],
+        [sys.executable, "-c", _FRESH_PROCESS, str(trained_lm["save_dir"] / "checkpoint_1_2.pt")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -118,13 +120,13 @@ def test_plugin_is_what_makes_it_load(lm_run):
 
 
 @pytest.mark.slow
-def test_eval_lm_loads_checkpoint(lm_run):
+def test_eval_lm_loads_checkpoint(trained_lm):
     out = _run(
         [
             "fairseq-eval-lm",
-            lm_run["data"],
+            trained_lm["data"],
             "--path",
-            lm_run["save_dir"] / "checkpoint_1_2.pt",
+            trained_lm["save_dir"] / "checkpoint_1_2.pt",
             "--task",
             "language_modeling",
             "--tokens-per-sample",
@@ -135,7 +137,7 @@ def test_eval_lm_loads_checkpoint(lm_run):
             "valid",
             *COMMON,
         ],
-        lm_run["work"],
+        trained_lm["work"],
     )
     match = re.search(r"Perplexity: (\S+)", out)
     assert match, out[-3000:]
@@ -144,9 +146,9 @@ def test_eval_lm_loads_checkpoint(lm_run):
 
 
 @pytest.mark.slow
-def test_resume_from_checkpoint_last(lm_run):
-    save_dir = lm_run["save_dir"]
-    out = _train_lm(lm_run["data"], save_dir, 8, lm_run["work"])
+def test_resume_from_checkpoint_last(trained_lm):
+    save_dir = trained_lm["save_dir"]
+    out = _train_lm(trained_lm["data"], save_dir, 8, trained_lm["work"])
     assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch 1 @ 4 updates\)", out), out[
         -3000:
     ]
@@ -222,6 +224,45 @@ def test_translation_checkpoint_with_bleu_meters_generates(multi30k_small_bin, t
         tmp_path,
     )
     assert re.search(r"Generate valid with beam=2: BLEU", out), out[-3000:]
+
+
+_SUB_PACKAGE = r"""
+import argparse, importlib, io, pickle, sys
+import numpy as np
+import torch
+buf = io.BytesIO()
+# what fairseq writes besides tensors: an argparse config, numpy arrays and scalars of the meters
+torch.save({"args": argparse.Namespace(arch="lstm_lm"), "metrics": [np.arange(3), np.float64(0.5)]}, buf)
+def load():
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+try:
+    load()
+except pickle.UnpicklingError:
+    print("REFUSED")
+before = len(torch.serialization.get_safe_globals())
+importlib.import_module(sys.argv[1])
+print("GREW", len(torch.serialization.get_safe_globals()) > before)
+print("LOADED", load()["args"].arch)
+print("PLUGIN", "fairseq_noising.fairseq_plugin" in sys.modules)
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter each
+@pytest.mark.parametrize("name", ["tasks", "models", "optim", "data"])
+def test_a_fairseq_side_sub_package_allow_lists_fairseq_checkpoints(name):
+    """Importing one fairseq-side sub-package alone, before fairseq, is enough: the safe loader
+    then reads what fairseq checkpoints hold. The plugin itself is not imported on the way."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SUB_PACKAGE, f"fairseq_noising.{name}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=CLI_ENV,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    for line in ("REFUSED", "GREW True", "LOADED lstm_lm", "PLUGIN False"):
+        assert line in proc.stdout, proc.stdout + proc.stderr[-4000:]
 
 
 def test_allow_list_is_idempotent_and_narrow():

@@ -3,11 +3,13 @@ with exit status 1 only at a program's boundary.
 
 Fast tier: in-process callers (a task set up as ``fairseq-train`` sets it up, the scheduler as
 the trainer builds it, the console scripts' ``main``) catch it with ``except ValueError``; the
-console scripts' ``cli_main`` and the hook that the plugin installs turn it into its line and
-leave any other exception's traceback to the hook that was there before; an error carried back
-by torch from a DataLoader worker is recognised. Slow tier: fresh interpreters with the hook, an
-uncaught error in the main process, in a DataLoader worker and in a process started by
-``torch.multiprocessing.spawn`` (what fairseq's ``call_main`` uses on several GPUs).
+console scripts' ``cli_main`` and the hook that the plugin installs in fairseq's commands turn it
+into its line and leave any other exception's traceback to the hook that was there before; the
+plugin installs no hook in a process that is not one of fairseq's commands (this one); an error
+carried back by torch from a DataLoader worker is recognised. Slow tier: fresh interpreters with
+the hook, an uncaught error in the main process, in a DataLoader worker and in a process started
+by ``torch.multiprocessing.spawn`` (what fairseq's ``call_main`` uses on several GPUs), and
+``fairseq-train`` (and ``python -m fairseq_cli.train``) with a bad flag.
 """
 
 import copy
@@ -22,7 +24,6 @@ import pytest
 import torch
 from conftest import CLI_ENV, build_task, lm_train_argv
 
-import fairseq_noising.fairseq_plugin  # noqa: F401  (what --user-dir runs: installs the hook)
 from fairseq_noising import errors
 from fairseq_noising.cli import analyze, preview
 from fairseq_noising.errors import NoisingError
@@ -59,6 +60,8 @@ def test_scheduler_with_a_bad_option_raises_a_value_error():
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.optim import build_optimizer
     from fairseq.optim.lr_scheduler import build_lr_scheduler
+
+    import fairseq_noising.optim  # noqa: F401  (registers paper_halving)
 
     scheduler = ["--lr-scheduler", "paper_halving", "--stop-min-lr", 0, "--halvings", 0]
     argv = lm_train_argv("data", *scheduler, task="language_modeling", lr=1.0)
@@ -130,7 +133,17 @@ def test_console_script_cli_main_exits_with_the_line(
 # --- the hook ---------------------------------------------------------------------------------
 
 
-def test_the_plugin_installs_the_hook_once():
+def test_the_plugin_installs_no_hook_outside_fairseq_commands():
+    """pytest is not one of fairseq's commands: the plugin leaves this process's hook alone (the
+    hook in ``fairseq-train``: test_fairseq_train_with_a_bad_flag_ends_with_its_line)."""
+    import fairseq_noising.fairseq_plugin  # noqa: F401  (what --user-dir runs)
+
+    assert getattr(sys.excepthook, "noising_error_type", None) is None
+
+
+def test_the_hook_is_installed_once(monkeypatch):
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    errors.install_excepthook()
     hook = sys.excepthook
     assert getattr(hook, "noising_error_type", None) is NoisingError
     errors.install_excepthook()  # again, as a second import under another name would
@@ -316,3 +329,30 @@ def run_script(case, tmp_path):
         timeout=300,
         env=env,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", ["fairseq-train", "-m fairseq_cli.train"])
+def test_fairseq_train_with_a_bad_flag_ends_with_its_line(program, tmp_path):
+    """fairseq's own command, with the hook that the plugin installs there: one line, exit
+    status 1, no traceback. ``--noise-gamma`` is refused when the task is set up, before any data
+    is read, so no data is needed (the same with real data: tests/test_bad_input.py)."""
+    if program.startswith("-m"):
+        command = [sys.executable, *program.split()]
+    else:
+        command = [os.path.join(os.path.dirname(sys.executable), program)]
+    argv = lm_train_argv(tmp_path / "data", "--batch-size", 2, scheme="kn", gamma=2)
+    proc = subprocess.run(
+        [*command, *map(str, argv), "--save-dir", str(tmp_path / "ckpt")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=CLI_ENV,
+    )
+    report = f"exit {proc.returncode}\n--- stderr ---\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 1, report
+    assert "Traceback" not in proc.stderr + proc.stdout, report
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1] == "fairseq-noising: error: --noise-gamma must lie in [0, 1], got 2.0", report
+    assert not any((tmp_path / "ckpt").glob("*")), report  # fairseq made the folder, no more

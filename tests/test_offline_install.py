@@ -86,7 +86,8 @@ def local_torch_source():
     """The running torch as a local wheel file (find-links folders), else an exact pin of it.
 
     Either way no other torch build can come: an exact pin of the installed version is what the
-    environment was set up from (on this machine, and in CI, the CPU wheel in /opt/wheels)."""
+    environment was set up from (in the development image and in CI, the CPU wheel in
+    /opt/wheels)."""
     torch_version = installed_version("torch")
     folders = os.environ.get("PIP_FIND_LINKS", "").split()
     conf = subprocess.run(

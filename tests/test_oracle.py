@@ -20,10 +20,9 @@ from fractions import Fraction as F
 
 import numpy as np
 import pytest
-from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_train_argv, run_cli
+from conftest import FAIRSEQ_TO_AUTHORS, build_task, lm_train_argv, run_cli, uniforms_of
 from oracle import EOS, Oracle, by_id
 
-from fairseq_noising.noiser import _GOLDEN, _mix, position_hashes
 from fairseq_noising.schemes import SCHEMES
 
 WORDS = ["z", "a", "b", "c", EOS]
@@ -158,18 +157,6 @@ def test_ptb_special_eos_equals_the_oracle_with_eos_special(ptb_bin, ptb_oracle)
     np.testing.assert_allclose(s.gamma[seen], gamma[seen], rtol=0, atol=1e-12)
     np.testing.assert_allclose(s.proposal, q, rtol=0, atol=1e-12)
     assert s.gamma[task.dictionary.eos()] == 0 and s.proposal[task.dictionary.eos()] == 0
-
-
-def uniforms_of(seed, epoch, ids, positions):
-    """The three uniforms per position that the plugin's counter-based generator gives (the
-    oracle's random source, in place of the authors' np.random): noising draw, context
-    replacement, target replacement."""
-    hashes = position_hashes(seed, epoch, ids, positions)
-    low = np.uint64(0xFFFFFFFF)
-    with np.errstate(over="ignore"):
-        second = _mix(hashes ^ _GOLDEN)
-    scale = 1.0 / 2.0**32
-    return (hashes >> np.uint64(32)) * scale, (hashes & low) * scale, (second & low) * scale
 
 
 @pytest.mark.slow

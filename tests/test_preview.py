@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, PTB_SLICES, build_task, cli, lm_train_argv
+from conftest import PLUGIN_DIR, PTB_SLICES, build_task, cli, lm_train_argv, one_line
 from oracle import EOS, Oracle, read_ptb_words
 
 from fairseq_noising.cli import preview
@@ -413,13 +413,6 @@ def test_force_replaces_an_existing_output(ptb, tmp_path):
     existing.write_text("precious\n", encoding="utf-8")
     _, _, records = run_preview(lm_argv(ptb, "--max-examples", 5, "--force"), output=existing)
     assert [r["id"] for r in records] == [0, 1, 2, 3, 4]
-
-
-def one_line(error) -> str:
-    text = str(error.value)
-    assert text.startswith("fairseq-noising: error: ") and "\n" not in text, text
-    assert text.count("error:") == 1, text  # no prefix inside the prefix
-    return text
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import COMMON, TINY_NOISING_LM, build_task, lm_train_argv, run_cli
+from conftest import COMMON, build_task, run_cli, stateful_lm_argv
 
 from fairseq_noising.data.stateful_bptt_dataset import StatefulBPTTDataset
 
@@ -45,10 +45,10 @@ def test_two_ranks_own_disjoint_rows_that_cover_the_stream():
 
 
 def stateful_argv(data, *extra, **options):
-    """These tests' command line: stateful BPTT over 5 rows with the 16-unit small model and KN
-    noising at gamma 0.3, unless ``options`` (lm_train_argv's) say otherwise."""
-    options = {"model": TINY_NOISING_LM, "scheme": "kn", "gamma": 0.3, **options}
-    return lm_train_argv(data, "--stateful-bptt", "--batch-size", 5, *extra, **options)
+    """These tests' command line: stateful BPTT over 5 rows with the 16-unit small model
+    (conftest's stateful_lm_argv) and KN noising at gamma 0.3, unless ``options``
+    (lm_train_argv's) say otherwise."""
+    return stateful_lm_argv(data, *extra, **{"scheme": "kn", "gamma": 0.3, **options})
 
 
 class BackwardOnly:

@@ -24,7 +24,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from conftest import COMMON, PTB_SLICES, TINY_NOISING_LM, build_task, lm_train_argv, run_cli
+from conftest import COMMON, PTB_SLICES, build_task, run_cli, stateful_lm_argv
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary, data_utils
 
@@ -54,11 +54,11 @@ def stream_of(tiny, split):
     return stream
 
 
-def train_argv(data, *extra):
+def checkpoint_argv(data, *extra):
     """The training run's command line (the Trainer of these tests is rebuilt from it): stateful
-    BPTT over 5 rows with the 16-unit small model, no noise, the paper's SGD, seed 1."""
-    flags = ["--stateful-bptt", "--batch-size", 5, "--seed", 1, *extra]
-    return lm_train_argv(data, *flags, model=TINY_NOISING_LM, scheme="none", lr=1.0)
+    BPTT over 5 rows with the 16-unit small model (conftest's stateful_lm_argv), no noise, the
+    paper's SGD, seed 1."""
+    return stateful_lm_argv(data, "--seed", 1, *extra, scheme="none", lr=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def checkpoint(tiny, tmp_path_factory):
     run_cli(
         [
             "fairseq-train",
-            *train_argv(tiny["bin"]),
+            *checkpoint_argv(tiny["bin"]),
             "--max-epoch",
             1,
             "--valid-subset",
@@ -88,7 +88,7 @@ def build_trainer(tiny, checkpoint, *extra):
     """fairseq-train's Trainer, in-process, with the checkpoint's weights."""
     from fairseq.trainer import Trainer
 
-    task, cfg = build_task(train_argv(tiny["bin"], *extra))
+    task, cfg = build_task(checkpoint_argv(tiny["bin"], *extra))
     for split in ("valid", "test"):
         task.load_dataset(split)
     model = task.build_model(cfg.model)

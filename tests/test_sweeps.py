@@ -53,7 +53,7 @@ def test_a_size_named_alone_builds_that_size(name):
     from fairseq.dataclass.utils import merge_with_parent
     from fairseq.models import MODEL_DATACLASS_REGISTRY
 
-    import fairseq_noising.fairseq_plugin  # noqa: F401
+    import fairseq_noising.models  # noqa: F401  (registers the models)
 
     cfg = OmegaConf.create({"_name": name})
     hidden, layers, dropout = PAPER_SIZES[name]
@@ -82,7 +82,8 @@ def test_the_arch_flag_builds_the_same_size(name):
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    import fairseq_noising.fairseq_plugin  # noqa: F401
+    import fairseq_noising.models  # noqa: F401  (--arch)
+    import fairseq_noising.tasks  # noqa: F401  (--task)
 
     argv = lm_train_argv("data-bin", model=("--arch", name))
     args = options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv])
@@ -111,7 +112,9 @@ def compose(config_name, *overrides):
 
 @pytest.mark.parametrize("config_name", sorted(TABLE_MODELS))
 def test_every_table_config_builds_the_model_its_name_says(config_name):
-    import fairseq_noising.fairseq_plugin  # noqa: F401
+    import fairseq_noising.models  # noqa: F401  (the configs' model)
+    import fairseq_noising.optim  # noqa: F401  (their scheduler)
+    import fairseq_noising.tasks  # noqa: F401  (their task)
 
     cfg = compose(config_name)
     name, hidden, layers, dropout = TABLE_MODELS[config_name]

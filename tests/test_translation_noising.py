@@ -47,10 +47,9 @@ from fractions import Fraction as F
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, build_task, run_cli
+from conftest import PLUGIN_DIR, build_task, run_cli, uniforms_of
 from oracle import Oracle, by_id
 
-from fairseq_noising.noiser import _GOLDEN, _mix, position_hashes
 from fairseq_noising.schemes import REGISTRY
 from fairseq_noising.tasks.noised_translation import SOURCE_SIDE, TARGET_SIDE
 
@@ -79,7 +78,9 @@ SPECIAL = ("<pad>", "</s>", "<s>", "<blank>")
 SEED, EPOCH = 5, 3
 
 
-def mt_argv(data, scheme, gamma, *extra):
+def mt_train_argv(data, scheme, gamma, *extra):
+    """``fairseq-train``'s command line (less the program) for noised_translation on ``data``
+    (en -> de, fairseq's lstm) with ``scheme`` at ``gamma`` and SEED, then ``extra``."""
     return [
         data,
         "--user-dir",
@@ -110,7 +111,7 @@ def tasks():
     def get(data, scheme, gamma=G0, *extra):
         key = (str(data), scheme, gamma, extra)
         if key not in built:
-            task, _ = build_task(mt_argv(data, scheme, gamma, *extra))
+            task, _ = build_task(mt_train_argv(data, scheme, gamma, *extra))
             task.load_dataset("train")
             built[key] = task
         return built[key]
@@ -164,17 +165,6 @@ def side_schemes(task):
     }
 
 
-def uniforms_of(ids, width, side, seed=SEED, epoch=EPOCH):
-    """The plugin's counter-based uniforms (the oracle's random source, in place of the authors'
-    np.random) for position j inside each example: [row, j] -> noising draw, context
-    replacement, target replacement."""
-    hashes = position_hashes(seed, epoch, ids, np.arange(width)[None, :], side)
-    with np.errstate(over="ignore"):
-        second = _mix(hashes ^ _GOLDEN)
-    low, scale = np.uint64(0xFFFFFFFF), 1.0 / 2.0**32
-    return (hashes >> np.uint64(32)) * scale, (hashes & low) * scale, (second & low) * scale
-
-
 def clean_and_noised(task, n=600):
     wrapper = task.dataset("train")
     wrapper.set_epoch(EPOCH)
@@ -208,7 +198,10 @@ def test_kn_target_is_replaced_exactly_where_its_context_fired(
     clean, noised, details = clean_and_noised(task)
     prev, target = field(clean, "prev_output_tokens"), field(clean, "target")
     prev_n, target_n = field(noised, "prev_output_tokens"), field(noised, "target")
-    fire, u_context, u_target = uniforms_of(clean["id"].numpy(), prev.shape[1], TARGET_SIDE)
+    positions = np.arange(prev.shape[1])[None, :]  # position j inside each example
+    fire, u_context, u_target = uniforms_of(
+        SEED, EPOCH, clean["id"].numpy(), positions, TARGET_SIDE
+    )
     gamma, _ = by_id(oracle, d.symbols, "kn", G0)
     with np.errstate(invalid="ignore"):  # padding: gamma NaN, never fires
         fired = fire < gamma[prev]  # which pairs fire, from the oracle's gamma alone
@@ -255,7 +248,10 @@ def test_source_is_noised_as_context_with_source_statistics(
     words = np.array(d.symbols, dtype=object)
     clean, noised, _ = clean_and_noised(task)
     src, src_n = field(clean, "src_tokens"), field(noised, "src_tokens")
-    fire, u_context, u_target = uniforms_of(clean["id"].numpy(), src.shape[1], SOURCE_SIDE)
+    positions = np.arange(src.shape[1])[None, :]  # position j inside each example
+    fire, u_context, u_target = uniforms_of(
+        SEED, EPOCH, clean["id"].numpy(), positions, SOURCE_SIDE
+    )
     fired = changed = 0
     for row in range(src.shape[0]):
         tokens = src[row][src[row] != d.pad()]  # left-padded: position j inside the sentence

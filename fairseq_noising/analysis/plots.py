@@ -1,13 +1,20 @@
-"""The figures of ``fairseq-noise-analyze`` (matplotlib with the Agg backend, PNG files)."""
+"""The figures of ``fairseq-noise-analyze`` (matplotlib, PNG files).
+
+Figures are built with :class:`matplotlib.figure.Figure`, not pyplot, and written by matplotlib's
+Agg renderer: importing this module leaves the caller's matplotlib backend and pyplot's figures
+(a notebook's, say) as they were.
+"""
 
 import os
 from typing import Dict, List, Sequence, Tuple
 
-import matplotlib
+import matplotlib.ticker
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
+
+def _subplots(figsize):
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
 
 
 def _save(fig, path: str) -> str:
@@ -15,13 +22,12 @@ def _save(fig, path: str) -> str:
     os.makedirs(directory, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 
 def _bar_pairs(labels, first, second, names, ylabel, path, log=False) -> str:
     """Two bars per model (``names`` labels the pair), one figure."""
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) + 2), 3.5))
+    fig, ax = _subplots((max(4.0, 1.2 * len(labels) + 2), 3.5))
     xs = range(len(labels))
     width = 0.38
     ax.bar([x - width / 2 for x in xs], first, width, label=names[0])
@@ -62,7 +68,7 @@ def sweep_lines(series: Dict[str, List[Tuple[float, float]]], path: str) -> str:
 
     Runs without noising (scheme ``none``) are drawn as a horizontal dashed baseline (the best).
     """
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = _subplots((5, 3.5))
     for scheme, points in sorted(series.items()):
         points = sorted(points)
         if scheme == "none":
@@ -77,7 +83,7 @@ def sweep_lines(series: Dict[str, List[Tuple[float, float]]], path: str) -> str:
 
 def curves(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]], path: str) -> str:
     """Figure 1: training (dashed) and validation (solid) perplexity per epoch, per run."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = _subplots((5.5, 3.8))
     for i, (label, (train, valid)) in enumerate(runs.items()):
         color = f"C{i % 10}"
         if train:
@@ -103,7 +109,7 @@ def curves(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]], path: str
 
 
 def pseudocount_scatter(expected, observed, path: str, title: str = "") -> str:
-    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    fig, ax = _subplots((4.2, 4.0))
     ax.loglog(expected, observed, ".", ms=2, alpha=0.5)
     lo = max(min(expected.min(), observed[observed > 0].min() if (observed > 0).any() else 1), 1e-3)
     hi = max(expected.max(), observed.max())

@@ -16,7 +16,8 @@ from fairseq import checkpoint_utils, utils
 from fairseq.data import MonolingualDataset, TokenBlockDataset
 from fairseq.logging import progress_bar
 
-import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
+import fairseq_noising.models  # noqa: F401  (registers the models and the checkpoint allow-list)
+import fairseq_noising.tasks  # noqa: F401  (registers the tasks)
 
 from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset

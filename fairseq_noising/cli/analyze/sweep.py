@@ -27,8 +27,9 @@ def _from_checkpoint(path: str):
     """(scheme, gamma, best valid ppl) stored in a checkpoint."""
     from fairseq import checkpoint_utils
 
-    from ... import fairseq_plugin  # noqa: F401  (allow-lists fairseq checkpoints for torch.load)
+    from ...checkpoint_safety import allow_fairseq_checkpoints
 
+    allow_fairseq_checkpoints()  # torch.load in fairseq is weights_only from torch 2.6 on
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
     cfg, extra = state["cfg"], state.get("extra_state") or {}
     best = extra.get("best", extra.get("val_loss"))

@@ -7,7 +7,7 @@ from fairseq import options, tasks
 from fairseq.data import data_utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-import fairseq_noising.fairseq_plugin  # noqa: F401  (registers with fairseq)
+import fairseq_noising.tasks  # noqa: F401  (registers the noised tasks with fairseq's parser)
 
 from ...data.noised_dataset import NoisedDataset
 from ...errors import NoisingError
