@@ -138,6 +138,20 @@ def train_argv(data, save, *extra, **options):
     return lm_train_argv(data, *flags, *extra, model=TINY_LM, **options)
 
 
+def plant_validation(monkeypatch, loss_of):
+    """fairseq-train validates for real, then reports ``loss_of(epoch_itr)`` as the value of the
+    first --valid-subset (the one the scheduler and checkpoint_best.pt see)."""
+    from fairseq_cli import train
+
+    real_validate = train.validate
+
+    def planted_validate(cfg, trainer, task, epoch_itr, subsets):
+        losses = real_validate(cfg, trainer, task, epoch_itr, subsets)
+        return [loss_of(epoch_itr)] + losses[1:]
+
+    monkeypatch.setattr(train, "validate", planted_validate)
+
+
 def train_in_process(argv, caplog):
     """fairseq-train's main in this process; returns its log."""
     from fairseq.distributed import utils as distributed_utils

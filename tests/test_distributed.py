@@ -168,5 +168,9 @@ def test_the_plugin_destroys_a_gloo_group_before_python_shuts_down(imports, expe
         timeout=120,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
-    assert done.returncode == 0, done.stderr[-2000:]
     assert f"initialized at shutdown: {expected}" in done.stdout, done.stdout + done.stderr[-2000:]
+    # a gloo group left to the interpreter's shutdown may abort the process there ("terminate
+    # called without an active exception"): torch's own behaviour, which the plugin's teardown
+    # spares fairseq's commands
+    if imports == "fairseq-command":
+        assert done.returncode == 0, done.stderr[-2000:]

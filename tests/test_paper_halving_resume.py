@@ -34,6 +34,7 @@ from halving_kit import (
     expected_decisions,
     no_fairseq_best,  # noqa: F401  (autouse: no fairseq best leaks between tests)
     params,
+    plant_validation,
     same,
     set_fairseq_best,
     train_a_bit,
@@ -511,15 +512,7 @@ PLANTED = {1: 5.0, 2: 4.0, 3: 4.5, 4: 4.2}  # epochs 3 and 4 restore epoch 2
 @pytest.fixture
 def planted(monkeypatch):
     """fairseq-train's validation returns PLANTED's value for the epoch (after validating)."""
-    from fairseq_cli import train
-
-    real_validate = train.validate
-
-    def planted_validate(cfg, trainer, task, epoch_itr, subsets):
-        losses = real_validate(cfg, trainer, task, epoch_itr, subsets)
-        return [PLANTED[epoch_itr.epoch]] + losses[1:]
-
-    monkeypatch.setattr(train, "validate", planted_validate)
+    plant_validation(monkeypatch, lambda epoch_itr: PLANTED[epoch_itr.epoch])
 
 
 def run(data, save, caplog, *extra):
@@ -653,16 +646,10 @@ def test_fairseq_train_resumed_inside_an_epoch_restores_what_checkpoint_best_hol
     ends at 3.8: not below 3.5, so the rate halves and the parameters go back to exactly those
     that checkpoint_best.pt holds (those of update 25)."""
     from fairseq.trainer import Trainer
-    from fairseq_cli import train
 
     planted = {(1, True): 5.0, (2, True): 4.0, (3, False): 3.5, (3, True): 3.8}
-    real_validate, real_lr_step = train.validate, Trainer.lr_step
-
-    def planted_validate(cfg, trainer, task, epoch_itr, subsets):
-        losses = real_validate(cfg, trainer, task, epoch_itr, subsets)
-        return [planted[epoch_itr.epoch, epoch_itr.end_of_epoch()]] + losses[1:]
-
-    after_decision = {}
+    plant_validation(monkeypatch, lambda itr: planted[itr.epoch, itr.end_of_epoch()])
+    real_lr_step, after_decision = Trainer.lr_step, {}
 
     def recording_lr_step(self, epoch, val_loss=None):
         lr = real_lr_step(self, epoch, val_loss)
@@ -670,7 +657,6 @@ def test_fairseq_train_resumed_inside_an_epoch_restores_what_checkpoint_best_hol
             after_decision[epoch] = {k: v.clone() for k, v in self.get_model().state_dict().items()}
         return lr
 
-    monkeypatch.setattr(train, "validate", planted_validate)
     monkeypatch.setattr(Trainer, "lr_step", recording_lr_step)
     save = tmp_path / "ckpt"
     log = run(ptb_tiny_bin, save, caplog, "--max-update", 25)

@@ -15,6 +15,7 @@ from halving_kit import (
     decisions,
     epoch_lrs,
     no_fairseq_best,  # noqa: F401  (autouse: no fairseq best leaks between tests)
+    plant_validation,
     train_argv,
     train_in_process,
 )
@@ -59,14 +60,9 @@ def test_fairseq_train_non_improving_epoch_restores_the_weights_of_checkpoint_be
     trained weights. ``tie``: epoch 2 validates at 5.0 too; fairseq's checkpoint_best.pt takes a
     tie (its test is <=), so the rate halves but the parameters stay epoch 2's own."""
     from fairseq.trainer import Trainer
-    from fairseq_cli import train
 
     planted = {1: 5.0, 2: second}
-    real_validate = train.validate
-
-    def planted_validate(cfg, trainer, task, epoch_itr, subsets):
-        losses = real_validate(cfg, trainer, task, epoch_itr, subsets)
-        return [planted[epoch_itr.epoch]] + losses[1:]
+    plant_validation(monkeypatch, lambda epoch_itr: planted[epoch_itr.epoch])
 
     def weights(trainer):
         return {k: v.detach().clone() for k, v in trainer.get_model().state_dict().items()}
@@ -80,7 +76,6 @@ def test_fairseq_train_non_improving_epoch_restores_the_weights_of_checkpoint_be
         around_decision[epoch] = (before, weights(self))
         return lr
 
-    monkeypatch.setattr(train, "validate", planted_validate)
     monkeypatch.setattr(Trainer, "lr_step", recording_lr_step)
     save = tmp_path / "ckpt"
     log = train_in_process(train_argv(ptb_tiny_bin, save, "--max-epoch", 2, lr=1.0), caplog)
