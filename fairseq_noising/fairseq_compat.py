@@ -38,17 +38,22 @@ def indexed_tokens(dataset) -> Optional[np.ndarray]:
 
 
 def forget_best_validation_value() -> None:
-    """Starts fairseq's running best validation value afresh, for a new training in this process.
+    """Starts fairseq's running bests afresh, for a new training in this process.
 
-    Depends on ``checkpoint_utils.save_checkpoint`` keeping that best in the function attribute
-    ``save_checkpoint.best`` (it also decides ``checkpoint_best.pt``), which lives as long as the
-    process: a second training in one process (rows of a Hydra sweep
-    under the basic launcher, or in a reused joblib worker) would compare its validations with the
-    first one's best and might write no ``checkpoint_best.pt``. Called when a task is set up,
-    which comes before fairseq restores a resumed training's own best from its checkpoint.
+    Depends on two function attributes that live as long as the process: ``save_checkpoint.best``
+    in ``checkpoint_utils`` (the best validation value, which decides ``checkpoint_best.pt``) and
+    ``should_stop_early.best`` / ``.num_runs`` in ``fairseq_cli.train`` (``--patience``: the
+    validations since the best). A second training in one process (rows of a Hydra sweep under
+    the basic launcher, or in a reused joblib worker) would compare its validations with the
+    first one's: it might write no ``checkpoint_best.pt``, and stop early ("valid performance
+    hasn't improved") while it improves. Called when a task is set up, which comes before fairseq
+    restores a resumed training's own best from its checkpoint.
     """
-    if hasattr(checkpoint_utils.save_checkpoint, "best"):
-        del checkpoint_utils.save_checkpoint.best
+    train = sys.modules.get("fairseq_cli.train")  # not imported: no training has used it
+    for keeper in (checkpoint_utils.save_checkpoint, getattr(train, "should_stop_early", None)):
+        for name in ("best", "num_runs"):
+            if hasattr(keeper, name):
+                delattr(keeper, name)
 
 
 def sync_fp16_model(optimizer) -> None:

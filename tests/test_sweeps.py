@@ -145,18 +145,21 @@ def test_the_lm_tables_run_the_papers_protocol():
 @pytest.mark.slow
 def test_rows_in_one_process_each_write_their_own_best_checkpoint(ptb_tiny_bin, tmp_path, caplog):
     """The basic launcher (and a reused joblib worker) trains rows one after another in one
-    process. fairseq keeps its running best validation loss for the process's life: a second row
-    worse than the first must still write its checkpoint_best.pt."""
-    first, second = tmp_path / "first", tmp_path / "second"
-    for save, lr in ((first, 1.0), (second, 1e-9)):  # the second row does not learn at all
+    process. fairseq keeps its running bests for the process's life: a second row worse than the
+    first must still write its checkpoint_best.pt, and a third that improves at every epoch must
+    not be stopped by --patience (fairseq's early stop) for the first rows' best."""
+    rows = {"first": (1.0, 5), "second": (1e-9, 5), "third": (1.0, 1)}  # lr, --patience
+    for name, (lr, patience) in rows.items():  # the second row does not learn at all
         argv = lm_train_argv(
             ptb_tiny_bin,
             "--arch", "noising_lstm_lm_small", "--hidden-size", 16, "--batch-size", 20,
-            "--required-batch-size-multiple", 1, "--max-epoch", 2, "--save-dir", save,
-            "--no-epoch-checkpoints", "--seed", 1, scheme="none", lr=lr,
+            "--required-batch-size-multiple", 1, "--max-epoch", 2, "--save-dir", tmp_path / name,
+            "--no-epoch-checkpoints", "--seed", 1, "--patience", patience, scheme="none", lr=lr,
         )  # fmt: skip
         log = train_in_process(argv, caplog)
-    assert "Saved checkpoint" in log and (second / "checkpoint_best.pt").is_file()
+        if name == "second":
+            assert "Saved checkpoint" in log and (tmp_path / name / "checkpoint_best.pt").is_file()
+    assert "begin training epoch 2" in log and "early stop" not in log
 
 
 # ------------------------------------------------------------------ real sweeps
