@@ -8,6 +8,7 @@ best epoch) follows from them (:mod:`.halving_rule`). The protocol, the tie rule
 resuming and fp16 are in docs/paper_halving.md.
 """
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -184,7 +185,6 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
             msg += f"; restored the parameters of epoch {self.best_epoch}"
         logger.info(msg)
 
-    # ---------------------------------------------------------------------------- resuming
     def _saved_validation(self):
         """(validation, where) saved with the checkpoint being loaded, if no decision took it:
         an epoch's (fairseq saves before it calls step), or one inside an epoch (a stop by
@@ -220,7 +220,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         the best is not the saved validation, decided next), checking when the file was saved."""
         if not self._reads_best_checkpoint():
             return
-        progress, pending = rule.replay(self.validations, self.cfg), None
+        progress, pending = dataclasses.replace(self.progress), None  # a copy to decide on
         if self._pending is not None:
             pending = dict(self._pending[0])
             rule.decide(progress, pending, self.cfg)
