@@ -55,6 +55,7 @@ setup(
             "fairseq-noise-preview = fairseq_noising.cli.preview:cli_main",
             "fairseq-noise-analyze = fairseq_noising.cli.analyze:cli_main",
             "fairseq-noise-page = fairseq_noising.sweep.page:main",
+            "fairseq-noise-eval = fairseq_noising.sweep.evaluate:main",
         ]
     },
 )

@@ -1,4 +1,6 @@
-"""Helpers shared by the benchmarks: finding PTB, binarizing it once, loading it as token ids.
+"""What the benchmarks share: PTB (found, binarized once by the recipes' own
+``recipes/prepare_ptb.py`` into a cache folder, loaded as token ids), one way to start and stop
+the processes they time, and the machine line they print.
 
 Not a test module and not part of the plugin. The benchmarks import it as ``_common`` (they put
 their own folder on ``sys.path``).
@@ -7,7 +9,7 @@ their own folder on ``sys.path``).
 import argparse
 import hashlib
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,10 +18,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
-PTB_FILES = ("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt")
 
-if str(REPO) not in sys.path:  # the plugin is installed editable, but be robust
-    sys.path.insert(0, str(REPO))
+for folder in (REPO, REPO / "recipes"):  # the plugin (installed editable: be robust), the recipes
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+import prepare_ptb  # noqa: E402
+
+GRACE = 5.0  # s between SIGTERM and SIGKILL when processes are stopped
+
+
+# ------------------------------------------------------------------ PTB
 
 
 def default_ptb_dir() -> Path:
@@ -47,76 +56,38 @@ def add_ptb_argument(parser: argparse.ArgumentParser) -> None:
 
 def check_ptb(ptb_dir: Path) -> Path:
     """The PTB folder, or exit with a one-line message naming what is missing."""
-    ptb_dir = Path(ptb_dir)
-    missing = [name for name in PTB_FILES if not (ptb_dir / name).is_file()]
-    if missing:
+    try:
+        return prepare_ptb.check(ptb_dir)
+    except prepare_ptb.Missing as e:
         sys.exit(
-            f"error: PTB not found: {', '.join(str(ptb_dir / m) for m in missing)} missing. "
-            "Pass --ptb-dir DIR (the folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt) or "
-            "set FAIRSEQ_NOISING_SHARED to the shared data folder."
+            f"error: PTB not found: {e.folder / e.name} missing. Pass --ptb-dir DIR (the folder "
+            "with ptb.train.txt, ptb.valid.txt, ptb.test.txt) or set FAIRSEQ_NOISING_SHARED to "
+            "the shared data folder."
         )
-    return ptb_dir
-
-
-def cli(name: str) -> str:
-    """A console script of the running interpreter's environment (fairseq-preprocess, ...)."""
-    return str(Path(sys.executable).parent / name)
-
-
-def _fingerprint(ptb_dir: Path) -> str:
-    digest = hashlib.blake2b(digest_size=8)
-    for name in PTB_FILES:
-        digest.update((ptb_dir / name).read_bytes())
-    return digest.hexdigest()
 
 
 def binarized_ptb(ptb_dir: Path, cache_dir: Path) -> Path:
-    """fairseq-preprocess output for PTB (``--only-source``), built once under ``cache_dir``.
-
-    The folder name carries a hash of the three text files, so changed input is rebinarized.
-    """
+    """PTB binarized by ``recipes/prepare_ptb.py`` once under ``cache_dir``, in a folder named by
+    a hash of the three text files (changed text is binarized again)."""
     ptb_dir = check_ptb(ptb_dir)
-    out = Path(cache_dir) / f"ptb-bin-{_fingerprint(ptb_dir)}"
-    if (
-        (out / "dict.txt").is_file()
-        and (out / "train.bin").is_file()
-        and (out / "valid.bin").is_file()
-    ):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".ptb-bin-", dir=out.parent))
-    cmd = [
-        cli("fairseq-preprocess"),
-        "--only-source",
-        "--trainpref",
-        str(ptb_dir / "ptb.train.txt"),
-        "--validpref",
-        str(ptb_dir / "ptb.valid.txt"),
-        "--testpref",
-        str(ptb_dir / "ptb.test.txt"),
-        "--destdir",
-        str(tmp),
-        "--workers",
-        "2",
-    ]
-    print(f"binarizing PTB into {out} ...", flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        sys.exit(f"error: fairseq-preprocess failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    if out.exists():  # another run finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+    digest = hashlib.blake2b(digest_size=8)
+    for name in prepare_ptb.FILES:
+        digest.update((ptb_dir / name).read_bytes())
+    out = Path(cache_dir) / f"ptb-bin-{digest.hexdigest()}"
+    if not prepare_ptb.is_binarized(out):
+        print(f"binarizing PTB into {out} ...", flush=True)
+        try:
+            prepare_ptb.binarize(ptb_dir, out)
+        except OSError:  # another run finished first
+            if not prepare_ptb.is_binarized(out):
+                raise
     return out
 
 
 def ptb_train_stream(data_bin: Path):
-    """(tokens int64 [N], dictionary) of binarized PTB train, as the noised LM task sees them.
-
-    The dictionary gets ``<blank>`` added exactly as the task does; the token stream holds one
-    ``</s>`` per line (929,589 tokens for PTB).
-    """
+    """(tokens int64 [N], dictionary, dataset) of binarized PTB train, as the noised LM task sees
+    them: the dictionary gets ``<blank>`` added exactly as the task does; the token stream holds
+    one ``</s>`` per line (929,589 tokens for PTB)."""
     from fairseq.data import Dictionary, data_utils
 
     from fairseq_noising.stats_cache import read_token_stream
@@ -127,6 +98,45 @@ def ptb_train_stream(data_bin: Path):
     dataset = data_utils.load_indexed_dataset(str(data_bin / "train"), dictionary, "mmap")
     tokens, _ = read_token_stream(dataset)
     return tokens, dictionary, dataset
+
+
+# ------------------------------------------------------------------ processes
+
+
+def cli(name: str) -> str:
+    """A console script of the running interpreter's environment (fairseq-train, ...)."""
+    return str(Path(sys.executable).parent / name)
+
+
+def start(cmd, env=None, cwd=REPO, stdout=subprocess.PIPE) -> subprocess.Popen:
+    """Starts ``cmd`` in a process group of its own (what it starts in turn goes with it), its
+    stderr into its stdout (a pipe of text lines unless ``stdout`` says otherwise)."""
+    return subprocess.Popen(
+        [str(a) for a in cmd],
+        cwd=cwd,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def stop(procs) -> None:
+    """SIGTERM to the process group of each of ``procs``, SIGKILL to what is left of them GRACE
+    seconds later; waits for each."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:  # the whole group is gone
+                pass
+        deadline = time.monotonic() + GRACE
+        for proc in procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def machine_line() -> str:

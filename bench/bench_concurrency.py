@@ -7,14 +7,14 @@ speed-up of the sum over N=1.
 
 The command is the table's own: ``fairseq-hydra-train`` with ``recipes/config/ptb_<size>.yaml``
 (``--size small|medium|large``, default medium), its none row, without the row's evaluation
-(``~hydra.callbacks.row``). PTB is binarized once with ``fairseq-preprocess --only-source`` into a
-temporary folder, or ``--data-bin DIR`` is read instead. Each run then sets only its folder
-(``hydra.run.dir``, its save dir), ``optimization.max_epoch`` (100000, so that training cannot end
-during the measurement), ``common.log_interval`` (1 on the CPU, 10 on a GPU) and, on the CPU,
-``common.cpu``. Each run gets
-``--threads`` CPU threads (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``; default 1). On a GPU all
-runs share one device: the first of ``CUDA_VISIBLE_DEVICES`` (0 when unset), since fairseq
-otherwise trains one run across every visible GPU.
+(``~hydra.callbacks.row``). PTB is binarized once by ``recipes/prepare_ptb.py`` into the cache
+folder the benchmarks share (``--cache-dir``), or ``--data-bin DIR`` is read instead. Each run then
+sets only its folder (``hydra.run.dir``, its save dir), ``optimization.max_epoch`` (100000, so that
+training cannot end during the measurement), ``common.log_interval`` (1 on the CPU, 10 on a GPU)
+and, on the CPU, ``common.cpu``. Each run gets ``--threads`` CPU threads (``OMP_NUM_THREADS``,
+``MKL_NUM_THREADS``; default 1). On a GPU all runs share one device: the first of
+``CUDA_VISIBLE_DEVICES`` (0 when unset), since fairseq otherwise trains one run across every
+visible GPU.
 
 Measurement: a thread per run reads its output and stamps every ``train_inner`` log line with
 the time it arrived and the line's ``num_updates``. Process start, data loading and the first
@@ -27,9 +27,9 @@ the window crosses one). The summed figure is the sum of the per-run figures: th
 runs made in the window, per second.
 
 ``--mps`` runs every N under the NVIDIA Multi-Process Service (``recipes/mps.py``: a daemon of
-its own under the temporary folder, stopped at the end). Every process started here runs in its
-own process group, killed after each N, on an error and on Ctrl-C; the temporary folder is removed
-unless ``--keep``.
+its own under the temporary folder, stopped at the end). Every run is started and stopped by
+``_common.start`` and ``_common.stop`` (a process group of its own, killed after each N, on an
+error and on Ctrl-C); the temporary folder is removed unless ``--keep``.
 
     python bench/bench_concurrency.py --runs 1,4,7,9 --seconds 60 --size medium
     python bench/bench_concurrency.py --device cpu --size small --runs 1,2
@@ -44,7 +44,6 @@ import shlex
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -57,19 +56,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _common  # noqa: E402
+import _common  # noqa: E402  (also puts recipes/ on sys.path)
+from mps import mps_daemon  # noqa: E402
 
 REPO = _common.REPO
-sys.path.insert(0, str(REPO / "recipes"))
-
-from mps import mps_daemon  # noqa: E402
 
 PROG = "bench_concurrency.py"
 SIZES = ("small", "medium", "large")
 MAX_EPOCH = "100000"
 STARTUP_TIMEOUT = 900.0  # s for every run to start and finish its warm-up
 LAST_LINE_TIMEOUT = 300.0  # s for every run to log a line after the window closed
-GRACE = 5.0  # s between SIGTERM and SIGKILL when the runs are stopped
 # a run's data loader passes batches through a socket TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, and
 # a socket's path has at most 107 characters (longer, the run hangs)
 SOCKET_PATH_ROOM = 107 - len("/pymp-XXXXXXXX/listener-XXXXXXXX")
@@ -123,9 +119,7 @@ def parse_args(argv):
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if torch sees one")
     parser.add_argument("--mps", action="store_true", help="run under the NVIDIA MPS (cuda)")
     parser.add_argument("--threads", type=positive(int), default=1, help="CPU threads a run (1)")
-    parser.add_argument(
-        "--ptb-dir", type=Path, default=_common.default_ptb_dir(), help="PTB text (%(default)s)"
-    )
+    _common.add_ptb_argument(parser)
     parser.add_argument("--data-bin", type=Path, help="binarized PTB to read instead of binarizing")
     parser.add_argument("--log-interval", type=positive(int), help="1 on the CPU, 10 on a GPU")
     parser.add_argument("--warmup-updates", type=positive(int), help="5 log intervals")
@@ -133,7 +127,10 @@ def parse_args(argv):
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
     if args.data_bin is None:
-        _common.check_ptb(args.ptb_dir)
+        try:
+            _common.prepare_ptb.check(args.ptb_dir)
+        except _common.prepare_ptb.Missing as e:
+            fail(f"--ptb-dir {e.folder} lacks {e.name}")
     else:
         missing = [
             name
@@ -162,44 +159,16 @@ def choose_device(asked):
     return "cpu"
 
 
-# ------------------------------------------------------------------ the recipe's commands
-
-
-def run_logged(cmd, log: Path, what):
-    """Runs cmd (in a process group of its own, killed if this is interrupted) into log."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = proc.wait()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    if code != 0:
-        tail = "\n".join(log.read_text().splitlines()[-10:])
-        fail(f"{what} failed (exit {code}): {shlex.join(cmd)}\n{tail}")
-
-
 # ------------------------------------------------------------------ the runs
 
 
 class Run:
-    """One fairseq-hydra-train process in a process group of its own; a thread reads its output."""
+    """One fairseq-hydra-train process (``_common.start``); a thread reads its output."""
 
     def __init__(self, cmd, folder: Path, env):
         folder.mkdir(parents=True)
         self.log = open(folder / "train.log", "w")
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        self.proc = _common.start(cmd, env=env)
         self.times, self.updates = [], []  # of each train_inner line: arrival, num_updates
         self.tail = deque(maxlen=10)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -227,21 +196,10 @@ class Run:
 
 
 def stop(runs):
-    """SIGTERM to every run's process group, SIGKILL to what is left after GRACE seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for run in runs:
-            try:
-                os.killpg(run.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + GRACE
-        for run in runs:
-            try:
-                run.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+    """Stops every run (``_common.stop``), then closes its log."""
+    _common.stop([run.proc for run in runs])
     for run in runs:
-        run.reader.join(GRACE)
+        run.reader.join(_common.GRACE)
         run.log.close()
 
 
@@ -251,7 +209,7 @@ def wait_until(runs, ready, deadline, waiting_for):
         for i, run in enumerate(runs, 1):
             code = run.proc.poll()
             if code is not None:
-                run.reader.join(GRACE)
+                run.reader.join(_common.GRACE)
                 tail = "\n".join(run.tail)
                 fail(
                     f"run {i} of {len(runs)} exited (code {code}) before {waiting_for}; its last "
@@ -327,24 +285,13 @@ def table(rows):
     return "\n".join(lines)
 
 
-def training_command(args, device, work: Path, log_interval):
+def training_command(args, device, log_interval):
     """One row of the table's own sweep (``recipes/config/ptb_<size>.yaml``, the none row) as
-    ``fairseq-hydra-train`` runs it, without the row's evaluation, on binarized PTB (binarized here
-    unless --data-bin), with max_epoch and log_interval set for the measurement. Each run adds its
-    own folder (``hydra.run.dir``, which is also its save dir)."""
-    bindir = Path(sys.executable).parent
-    data = args.data_bin
-    if data is None:
-        for split in ("train", "valid", "test"):
-            if not (args.ptb_dir / f"ptb.{split}.txt").is_file():
-                fail(f"--ptb-dir {args.ptb_dir} lacks ptb.{split}.txt")
-        data = work / "data-bin"
-        prep = [str(bindir / "fairseq-preprocess"), "--only-source", "--destdir", str(data)]
-        for split in ("train", "valid", "test"):
-            prep += [f"--{split}pref", str(args.ptb_dir / f"ptb.{split}.txt")]
-        print(f"{PROG}: binarizing PTB: {shlex.join(prep)}", flush=True)
-        run_logged(prep + ["--workers", "2"], work / "preprocess.log", "binarizing PTB")
-    cmd = [str(bindir / "fairseq-hydra-train"), "--config-dir", str(REPO / "recipes" / "config")]
+    ``fairseq-hydra-train`` runs it, without the row's evaluation, on binarized PTB (--data-bin,
+    else binarized once into --cache-dir), with max_epoch and log_interval set for the
+    measurement. Each run adds its own folder (``hydra.run.dir``, which is also its save dir)."""
+    data = args.data_bin or _common.binarized_ptb(args.ptb_dir, args.cache_dir)
+    cmd = [_common.cli("fairseq-hydra-train"), "--config-dir", str(REPO / "recipes" / "config")]
     cmd += ["--config-name", f"ptb_{args.size}"]
     cmd += [f"task.data={Path(data).resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
     cmd += ["~hydra.callbacks.row", f"optimization.max_epoch={MAX_EPOCH}"]
@@ -387,7 +334,7 @@ def main(argv=None):
                     mps_daemon(work / "mps", prog=PROG, flag="--mps", device=device)
                 )
             )
-        cmd = training_command(args, device, work, log_interval)
+        cmd = training_command(args, device, log_interval)
         shown = shlex.join(cmd + [f"hydra.run.dir={work / 'n<N>' / 'run<i>'}"])
         print(_common.machine_line(), flush=True)
         print(

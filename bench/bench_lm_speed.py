@@ -12,57 +12,34 @@ step, after ``--warmup`` untimed steps:
   Python; it cannot carry state, every batch starts from zeros);
 * ``plain``:   nn.Embedding + nn.LSTM + nn.Linear in a plain PyTorch loop (state carried).
 
-It prints words/s of each and the ratios, then the peak memory of one training step of the
-medium (512) and large (1500) sizes: ``torch.cuda.max_memory_allocated`` on CUDA; on CPU only
-with ``--cpu-rss`` (growth of the peak resident set size over the first training step, i.e.
-activations plus gradient buffers, each measured in a fresh subprocess), otherwise it says that
-memory is measured on GPU only. On CUDA the peak is taken over the second step (gradients already
-allocated), reported both as the total and above what was allocated before the step.
+It prints words/s of each and the ratios, then, on CUDA, the peak memory of one training step of
+the medium (512) and large (1500) sizes (``torch.cuda.max_memory_allocated``), taken over the
+second step (gradients already allocated), reported both as the total and above what was
+allocated before the step. The data is the PTB training stream (``_common``: binarized once by
+``recipes/prepare_ptb.py``).
 
 Example::
 
     python bench/bench_lm_speed.py --steps 20            # cuda if available, else cpu
-    python bench/bench_lm_speed.py --device cpu --steps 5 --cpu-rss
+    python bench/bench_lm_speed.py --device cpu --steps 5
 """
 
 import argparse
-import multiprocessing as mp
 import os
 import sys
 import time
 from argparse import Namespace
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def default_ptb_path() -> Path:
-    shared = Path(os.environ.get("FAIRSEQ_NOISING_SHARED", REPO.parent / "shared" / "data"))
-    return shared / "ptb" / "ptb.train.txt"
+import _common  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------ data
-def build_dictionary_and_ids(path: Path):
-    from fairseq.data import Dictionary
-
-    if not path.is_file():
-        sys.exit(f"PTB training text not found: {path} (set FAIRSEQ_NOISING_SHARED or --data)")
-    dictionary = Dictionary()
-    ids = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            for word in line.split():
-                ids.append(dictionary.add_symbol(word))
-            ids.append(dictionary.eos())
-    return dictionary, torch.tensor(ids, dtype=torch.long)
-
-
 def batches(ids: torch.Tensor, bsz: int, bptt: int, device):
     """Zaremba-style streams: ``bsz`` contiguous rows, consecutive ``bptt`` windows."""
     n = (ids.numel() - 1) // bsz
@@ -204,42 +181,6 @@ def cuda_step_memory(kind, dictionary, ids, opts, hidden, device):
     return peak, peak - base
 
 
-def _proc_status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _rss_child(kind, path, opts, hidden, queue):
-    torch.set_num_threads(opts.threads or torch.get_num_threads())
-    dictionary, ids = build_dictionary_and_ids(path)
-    torch.manual_seed(opts.seed)
-    model = build(kind, dictionary, hidden, opts.num_layers, opts.dropout, torch.device("cpu"))
-    optimizer = torch.optim.SGD(model.parameters(), lr=opts.lr)
-    step = make_step(kind, model, optimizer, opts.clip_norm)
-    x, y = next(batches(ids, opts.batch_size, opts.bptt, "cpu"))
-    # reset the kernel's peak-RSS mark (Linux >= 4.0) so that earlier peaks (imports, reading
-    # the corpus) do not hide the step's
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _proc_status_kib("VmRSS")
-    step(x, y)  # the first step: activations, gradients and their workspace
-    peak = _proc_status_kib("VmHWM")
-    queue.put((peak * 1024, (peak - before) * 1024))
-
-
-def cpu_step_rss(kind, path, opts, hidden):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_rss_child, args=(kind, path, opts, hidden, queue))
-    proc.start()
-    result = queue.get()
-    proc.join()
-    return result
-
-
 # ------------------------------------------------------------------------------------ main
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -274,22 +215,18 @@ def main(argv=None):
         default="noising",
         help="models whose memory is reported (comma-separated)",
     )
-    parser.add_argument(
-        "--cpu-rss",
-        action="store_true",
-        help="on CPU, measure peak RSS growth of one step in subprocesses",
-    )
     parser.add_argument("--device", default=None, help="default: cuda if available else cpu")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
-    parser.add_argument("--data", type=Path, default=None, help="PTB ptb.train.txt")
+    _common.add_ptb_argument(parser)
     parser.add_argument("--seed", type=int, default=1)
     opts = parser.parse_args(argv)
 
     device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    path = opts.data or default_ptb_path()
-    dictionary, ids = build_dictionary_and_ids(path)
+    data_bin = _common.binarized_ptb(opts.ptb_dir, opts.cache_dir)
+    tokens, dictionary, _ = _common.ptb_train_stream(data_bin)
+    ids = torch.from_numpy(tokens).long()
     kinds = [k for k in opts.models.split(",") if k]
 
     name = (
@@ -298,7 +235,7 @@ def main(argv=None):
         else (f"cpu ({torch.get_num_threads()} threads)")
     )
     print(f"device: {name}; torch {torch.__version__}")
-    print(f"data: {path} ({ids.numel()} tokens, vocabulary {len(dictionary)})")
+    print(f"data: {data_bin} ({ids.numel()} tokens, vocabulary {len(dictionary)})")
     print(
         f"network: hidden {opts.hidden_size}, layers {opts.num_layers}, dropout {opts.dropout}, "
         f"batch {opts.batch_size}x{opts.bptt}, {opts.rounds} round(s) of {opts.steps} steps "
@@ -339,23 +276,8 @@ def main(argv=None):
                         f"  {kind:8s} hidden {hidden:5d}: peak {peak / 2**20:9.1f} MiB, "
                         f"step above resident {delta / 2**20:9.1f} MiB"
                     )
-        elif opts.cpu_rss:
-            print(
-                "peak RSS growth over the first training step on CPU (activations + gradients;"
-                " fresh subprocess each):"
-            )
-            for hidden in sizes:
-                for kind in mem_kinds:
-                    peak, delta = cpu_step_rss(kind, path, opts, hidden)
-                    print(
-                        f"  {kind:8s} hidden {hidden:5d}: peak RSS {peak / 2**20:9.1f} MiB, "
-                        f"above RSS before the step {delta / 2**20:9.1f} MiB"
-                    )
         else:
-            print(
-                "memory: measured on GPU only (torch.cuda.max_memory_allocated); "
-                "pass --cpu-rss for peak RSS on CPU"
-            )
+            print("memory: measured on GPU only (torch.cuda.max_memory_allocated)")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Training speed with ``kn`` noising divided by training speed without (words/s ratio), on PTB.
 
-Same model (``noising_lstm_lm_small``: Zaremba's small LSTM, 2 x 200 units, or the stock
-``lstm_lm`` with 200 units if that architecture is not registered), same data, same flags:
+Same model (``--arch``, default ``noising_lstm_lm_small``: Zaremba's small LSTM, 2 x 200 units),
+same data, same flags:
 ``--batch-size 20 --required-batch-size-multiple 1 --tokens-per-sample 35 --cpu
 --num-workers 0``; the only difference is ``--noise-scheme kn --noise-gamma 0.2`` against
 ``--noise-scheme none``.
@@ -20,10 +20,9 @@ Two measurements (``--mode``, default ``both``):
     times, with a bootstrap 95% interval.
 ``cli`` (closest to what users see)
     ``fairseq-train`` runs, parsing the ``wps`` of every ``train_inner`` json log line but the
-    first (warm-up) one. ``--cli-layout sequential``: one run at a time in the order kn, none,
-    none, kn, ... (exactly what a user runs, but each run sees different background load);
-    ``--cli-layout concurrent``: the kn and none runs of a pair side by side, one thread each,
-    so that they share the same load.
+    first (warm-up) one: the kn and none runs of a pair side by side, one thread each, so that
+    they share the same load (one run after the other measures the load's changes instead,
+    bench/README.md).
 
 The in-process mode also times the noising cost alone (fetching a batch's examples through the
 noised wrapper and collating them, minus the same through the clean dataset), and prints the ratio
@@ -40,7 +39,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,30 +46,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
-
-
-def arch_args(arch="noising_lstm_lm_small"):
-    """``arch`` if registered, else the stock ``lstm_lm`` at 200 units."""
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    import fairseq_noising  # noqa: F401  (registers the architectures)
-
-    if arch in ARCH_MODEL_REGISTRY:
-        return ["--arch", arch]
-    return [
-        "--arch",
-        "lstm_lm",
-        "--decoder-embed-dim",
-        "200",
-        "--decoder-hidden-size",
-        "200",
-        "--decoder-out-embed-dim",
-        "200",
-        "--decoder-layers",
-        "2",
-        "--dropout",
-        "0.0",
-    ]
 
 
 def train_args(
@@ -89,7 +63,8 @@ def train_args(
         "--task",
         "noised_language_modeling",
         *noise,
-        *arch_args(arch),
+        "--arch",
+        arch,
         "--batch-size",
         "20",
         "--required-batch-size-multiple",
@@ -277,81 +252,56 @@ def _wps_of(output: str):
 
 
 def run_cli(args, data_bin):
-    """fairseq-train runs; ``sequential``: one at a time in ABBA order, ``concurrent``: each
-    (kn, none) pair started together, so that both see the same background load."""
-    env = dict(os.environ)
-    threads = args.threads or (1 if args.cli_layout == "concurrent" else 0)
-    if threads:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-    if args.cli_layout == "concurrent":
-        groups = [("kn", "none")] * args.pairs
-    else:
-        groups = [
-            (c,)
-            for p in range(args.pairs)
-            for c in (("kn", "none") if p % 2 == 0 else ("none", "kn"))
-        ]
+    """fairseq-train runs, each (kn, none) pair started together (``_common.start``), so that both
+    see the same background load."""
+    threads = str(args.threads or 1)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     results = {"kn": [], "none": []}
-    per_run = []
+    pair_ratios = []
     print(
-        f"cli ({args.cli_layout}): {' '.join('+'.join(g) for g in groups)}; --max-update "
-        f"{args.max_update} --log-interval {args.log_interval}, first interval skipped; "
-        f"OMP_NUM_THREADS={threads or 'unset'}",
+        f"cli: {args.pairs} pair(s) kn+none side by side; --max-update {args.max_update} "
+        f"--log-interval {args.log_interval}, first interval skipped; OMP_NUM_THREADS={threads}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="bench-train-") as workdir:
-        for group in groups:
-            procs = []
-            start = time.perf_counter()
-            for condition in group:
-                cmd = [_common.cli("fairseq-train")] + train_args(
-                    data_bin,
-                    condition,
-                    args.max_update,
-                    args.log_interval,
-                    args.seed,
-                    args.arch,
-                    args.device,
-                )
-                out = tempfile.TemporaryFile(mode="w+", dir=workdir)
-                procs.append(
-                    (
+        for _ in range(args.pairs):
+            start, procs, medians = time.perf_counter(), {}, {}
+            try:
+                for condition in ("kn", "none"):
+                    cmd = [_common.cli("fairseq-train")] + train_args(
+                        data_bin,
                         condition,
-                        subprocess.Popen(
-                            cmd,
-                            cwd=workdir,
-                            env=env,
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            text=True,
-                        ),
-                        out,
+                        args.max_update,
+                        args.log_interval,
+                        args.seed,
+                        args.arch,
+                        args.device,
                     )
-                )
-            for condition, proc, out in procs:
-                proc.wait()
-                wall = time.perf_counter() - start
-                out.seek(0)
-                output = out.read()
-                out.close()
-                if proc.returncode != 0:
-                    sys.exit(
-                        f"error: fairseq-train ({condition}) exited {proc.returncode}:\n"
-                        f"{output[-3000:]}"
+                    out = tempfile.TemporaryFile(mode="w+", dir=workdir)
+                    procs[condition] = (_common.start(cmd, env=env, cwd=workdir, stdout=out), out)
+                for condition, (proc, out) in procs.items():
+                    proc.wait()
+                    out.seek(0)
+                    output = out.read()
+                    if proc.returncode != 0:
+                        sys.exit(
+                            f"error: fairseq-train ({condition}) exited {proc.returncode}:\n"
+                            f"{output[-3000:]}"
+                        )
+                    wps = _wps_of(output)
+                    results[condition].extend(wps)
+                    medians[condition] = statistics.median(wps)
+                    print(
+                        f"  {condition:>4}: wps per interval {', '.join(f'{w:.0f}' for w in wps)}"
+                        f"  (run ended after {time.perf_counter() - start:.0f} s)",
+                        flush=True,
                     )
-                wps = _wps_of(output)
-                results[condition].extend(wps)
-                per_run.append((condition, statistics.median(wps)))
-                print(
-                    f"  {condition:>4}: wps per interval {', '.join(f'{w:.0f}' for w in wps)}  "
-                    f"(run ended after {wall:.0f} s)",
-                    flush=True,
-                )
+            finally:
+                _common.stop([proc for proc, _ in procs.values()])
+                for _, out in procs.values():
+                    out.close()
+            pair_ratios.append(medians["kn"] / medians["none"])
     ratio = statistics.median(results["kn"]) / statistics.median(results["none"])
-    pair_ratios = []  # each kn run against its partner (concurrent) or neighbour (ABBA order)
-    for i in range(0, len(per_run) - 1, 2):
-        (c1, w1), (_, w2) = per_run[i], per_run[i + 1]
-        pair_ratios.append(w1 / w2 if c1 == "kn" else w2 / w1)
     print(f"  words/s with kn   : {fmt_stats(results['kn'])}")
     print(f"  words/s without   : {fmt_stats(results['none'])}")
     print(f"  ratio kn / none (medians of all intervals): {ratio:.4f}")
@@ -367,7 +317,8 @@ def main(argv=None):
         "--threads",
         type=int,
         default=0,
-        help="torch/OMP threads (default 0: torch's default, as fairseq-train)",
+        help="in-process: torch threads (0: torch's default, as fairseq-train); cli: each run's "
+        "OMP threads (0: 1)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -394,27 +345,18 @@ def main(argv=None):
     g.add_argument(
         "--pairs", type=int, default=2, help="(kn, none) run pairs (default %(default)s)"
     )
-    g.add_argument(
-        "--cli-layout",
-        choices=("sequential", "concurrent"),
-        default="sequential",
-        help="sequential: one fairseq-train at a time, order kn none none kn ... (what a user "
-        "sees, but exposed to load changes between runs); concurrent: the two runs of a pair "
-        "side by side with OMP_NUM_THREADS=1 unless --threads (same load on both) "
-        "(default %(default)s)",
-    )
     g.add_argument("--max-update", type=int, default=120)
     g.add_argument("--log-interval", type=int, default=20)
     args = parser.parse_args(argv)
 
     data_bin = _common.binarized_ptb(args.ptb_dir, args.cache_dir)
     print(f"# {_common.machine_line()}")
-    print(f"# model: {' '.join(arch_args(args.arch))}, {args.device}; data {data_bin}")
+    print(f"# model: --arch {args.arch}, {args.device}; data {data_bin}")
     ratios = {}
     if args.mode in ("inprocess", "both"):
         ratios["in-process"] = run_inprocess(args, data_bin)
     if args.mode in ("cli", "both"):
-        ratios[f"fairseq-train, {args.cli_layout}"] = run_cli(args, data_bin)
+        ratios["fairseq-train, kn and none side by side"] = run_cli(args, data_bin)
     print()
     for name, ratio in ratios.items():
         print(f"words/s ratio kn / none ({name}): {ratio:.4f}   goal >= 0.97")

@@ -46,8 +46,9 @@ def forget_best_validation_value() -> None:
     validations since the best). A second training in one process (rows of a Hydra sweep under
     the basic launcher, or in a reused joblib worker) would compare its validations with the
     first one's: it might write no ``checkpoint_best.pt``, and stop early ("valid performance
-    hasn't improved") while it improves. Called when a task is set up, which comes before fairseq
-    restores a resumed training's own best from its checkpoint.
+    hasn't improved") while it improves. Called where such a training starts (a sweep's row),
+    before fairseq-train restores a resumed training's own best from its checkpoint; not by the
+    tasks, which fairseq-eval-lm and fairseq-generate set up too.
     """
     train = sys.modules.get("fairseq_cli.train")  # not imported: no training has used it
     for keeper in (checkpoint_utils.save_checkpoint, getattr(train, "should_stop_early", None)):
@@ -67,52 +68,28 @@ def sync_fp16_model(optimizer) -> None:
         optimizer._sync_fp32_params_to_fp16()
 
 
-def trainer_of(scheduler):
-    """The fairseq ``Trainer`` that drives a learning-rate scheduler, found on the call stack.
+def checkpoint_files(cfg) -> Tuple[str, str]:
+    """(the checkpoint that fairseq-train resumes from, its ``checkpoint_best.pt``) for the
+    ``--checkpoint.*`` settings that ``cfg`` names: ``save_dir``, ``restore_file``,
+    ``continue_once`` and ``checkpoint_suffix``.
 
-    A scheduler is given only the optimizer, but reading the best epoch's parameters back from
-    ``checkpoint_best.pt`` needs the model's parameter names, the save directory and the
-    data-parallel group. Depends on fairseq calling ``load_state_dict`` and ``step`` from methods
-    of the ``Trainer`` (``load_checkpoint``, ``lr_step``), which keeps the scheduler in
-    ``_lr_scheduler``. Returns None when no caller holds this scheduler.
+    A scheduler is given its own state on loading, not the file it came from, nor the
+    ``extra_state`` saved next to it. The rule is inline in ``checkpoint_utils.load_checkpoint``:
+    ``restore_file`` "checkpoint_last.pt" (the default) means
+    ``save_dir/checkpoint_last<suffix>.pt``, or ``continue_once`` while that file does not exist;
+    any other ``restore_file`` is a path itself, with the suffix put before ".pt".
+    ``save_checkpoint`` writes ``save_dir/checkpoint_best<suffix>.pt``. The suffix is
+    ``--checkpoint-suffix``; the shard that ``Trainer.checkpoint_suffix`` adds under FSDP with
+    sharded state is not followed (sharded training is untested).
     """
-    frame = _trainer_frame(scheduler)
-    return None if frame is None else frame.f_locals["self"]
-
-
-def checkpoint_being_loaded(scheduler) -> Optional[dict]:
-    """The checkpoint that the trainer is loading into ``scheduler`` (less its model), or None.
-
-    fairseq saves an epoch's checkpoint before it hands that epoch's validation loss to the
-    scheduler, and saves inside an epoch with no scheduler call at all; the loss that preceded the
-    save is in the checkpoint's ``extra_state["val_loss"]`` (see :func:`checkpoint_position`), but
-    ``load_state_dict`` is given only the scheduler's own state. Depends on
-    ``Trainer.load_checkpoint`` holding the loaded checkpoint in its local variable ``state`` (on
-    every data-parallel rank) while it calls ``load_state_dict`` and then ``lr_step``.
-    """
-    frame = _trainer_frame(scheduler, "load_checkpoint")
-    return None if frame is None else frame.f_locals.get("state")
-
-
-def _trainer_frame(scheduler, method=None):
-    frame = sys._getframe(2)
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        if getattr(owner, "_lr_scheduler", None) is scheduler and hasattr(owner, "get_model"):
-            if method is None or frame.f_code.co_name == method:
-                return frame
-        frame = frame.f_back
-    return None
-
-
-def checkpoint_path(trainer, name: str) -> str:
-    """Where fairseq writes ``<name>.pt`` (``checkpoint_best``, ...) for this trainer.
-
-    Depends on ``checkpoint_utils.save_checkpoint`` naming files ``<name><suffix>.pt`` in
-    ``--save-dir``, the suffix being ``Trainer.checkpoint_suffix`` (``--checkpoint-suffix``, plus
-    the shard under FSDP with sharded state).
-    """
-    return os.path.join(trainer.cfg.checkpoint.save_dir, f"{name}{trainer.checkpoint_suffix}.pt")
+    suffix = cfg.checkpoint_suffix or ""
+    best = os.path.join(cfg.save_dir, f"checkpoint_best{suffix}.pt")
+    if cfg.restore_file != "checkpoint_last.pt":
+        return cfg.restore_file.replace(".pt", suffix + ".pt"), best
+    last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+    if not os.path.exists(last) and cfg.continue_once is not None:
+        last = cfg.continue_once
+    return last, best
 
 
 def checkpoint_position(state) -> dict:
@@ -142,32 +119,48 @@ def checkpoint_position(state) -> dict:
     return dict(updates=updates, loss=loss, epoch=epoch, inside=inside, where=where)
 
 
-def optimizer_values(trainer, optimizer, state) -> list:
-    """The values that a fairseq checkpoint holds for ``optimizer.params``, as new CPU tensors.
+def optimizer_values(optimizer, loaded: dict, wanted: dict) -> list:
+    """The values that the fairseq checkpoint ``wanted`` holds for ``optimizer.params``, as new
+    CPU tensors, each parameter found by its value in ``loaded``, the checkpoint that the model
+    has just been loaded from.
 
-    A checkpoint stores the model's (and a criterion's) state dict by name, tied parameters under
-    each of their names, buffers too. The optimizer holds what ``Trainer._build_optimizer`` gave
-    it: the model's then the criterion's parameters that require a gradient, each once; with
-    ``--fp16`` (``FP16Optimizer``: ``fp16_params``, ``fp32_params``) fp32 copies of them instead,
-    one per parameter (``--fp16-no-flatten-grads``) or one flat tensor per device holding that
-    device's parameters back to back (``build_fp32_params``). Raises ValueError saying what
-    does not match.
+    A scheduler is given the optimizer, not the model: it does not know the parameters' names.
+    ``Trainer.load_checkpoint`` loads the model's (and a criterion's) state dict from the
+    checkpoint, then builds the optimizer and hands the scheduler its state and ``lr_step``, so
+    until training goes on each parameter holds exactly what ``loaded`` holds under its name
+    (under each name, if tied; fp16 and bf16 saved as fp32 by ``utils.move_to_cpu``). A buffer
+    or another parameter may hold the same values there: every name that does must hold one
+    value in ``wanted``, else it is ambiguous. The optimizer holds what
+    ``Trainer._build_optimizer`` gave it: the model's then the criterion's parameters that
+    require a gradient; with ``--fp16`` (``FP16Optimizer``: ``fp16_params``, ``fp32_params``)
+    fp32 copies of them instead, one per parameter (``--fp16-no-flatten-grads``) or one flat
+    tensor per device holding that device's parameters back to back (``build_fp32_params``).
+    Raises ValueError saying what does not match.
     """
-    names = {}
-    for part, module in (("model", trainer.get_model()), ("criterion", trainer.get_criterion())):
-        for name, p in module.named_parameters() if module is not None else ():
-            names.setdefault(id(p), (part, name))
+
+    def named(state):
+        parts = [(part, state.get(part) or {}) for part in ("model", "criterion")]
+        return [((part, name), t) for part, ts in parts for name, t in ts.items()]
+
+    before, after = named(loaded), dict(named(wanted))
 
     def saved(p):
-        if id(p) not in names:
-            raise ValueError("the optimizer holds a tensor that is not a model parameter")
-        part, name = names[id(p)]
-        value = (state.get(part) or {}).get(name)
-        if value is None:
-            raise ValueError(f"no {part} parameter {name}")
-        if value.shape != p.shape:
-            raise ValueError(f"{name} is {list(value.shape)}, the model's {list(p.shape)}")
-        return value
+        p = p.detach().cpu()
+        names = [name for name, t in before if t.shape == p.shape and torch.equal(*_alike(t, p))]
+        if not names:
+            raise ValueError("a parameter holds values that the checkpoint loaded does not hold")
+        values = []
+        for part, name in names:
+            value = after.get((part, name))
+            if value is None:
+                raise ValueError(f"no {part} parameter {name}")
+            if value.shape != p.shape:
+                raise ValueError(f"{name} is {list(value.shape)}, the model's {list(p.shape)}")
+            values.append(value)
+        if not all(torch.equal(*_alike(v, values[0])) for v in values[1:]):
+            same = " and ".join(name for _, name in names)
+            raise ValueError(f"{same} are equal in the checkpoint loaded, not in this one")
+        return values[0]
 
     params = list(optimizer.params)
     master = getattr(optimizer, "fp32_params", None)
@@ -192,30 +185,35 @@ def optimizer_values(trainer, optimizer, state) -> list:
     return values
 
 
-def from_first_rank(trainer, read):
+def _alike(a, b):
+    common = torch.promote_types(a.dtype, b.dtype)  # exact: fp16 or bf16 in fp32
+    return a.to(common), b.to(common)
+
+
+def from_first_rank(read, distributed_world_size: int):
     """``read()`` on data-parallel rank 0, its result (containers of tensors and plain values)
     sent to every rank, as ``Trainer.load_checkpoint`` does with the checkpoint it loads.
 
-    Depends on the trainer's ``data_parallel_*`` properties and ``device``, and on
-    ``distributed_utils.broadcast_object``, which stands ``_TensorPlaceholder`` objects in for the
-    tensors and unpickles them with ``torch.load``: torch's safe loader must be told to accept
-    that class.
+    Depends on what the Trainer's ``data_parallel_*`` properties read (one process where
+    ``--distributed-world-size`` is 1, else ``distributed_utils.get_data_parallel_group``, its
+    rank and its size), and on ``distributed_utils.broadcast_object`` (on CUDA under NCCL), which
+    stands ``_TensorPlaceholder`` objects in for the tensors and unpickles them with
+    ``torch.load``: torch's safe loader must be told to accept that class.
     """
-    if trainer.data_parallel_world_size <= 1:
-        return read()
     from fairseq import utils
     from fairseq.distributed import utils as distributed_utils
 
+    if distributed_world_size <= 1 or distributed_utils.get_data_parallel_world_size() <= 1:
+        return read()
     safe_globals = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
     allowed = (
         safe_globals([distributed_utils._TensorPlaceholder]) if safe_globals else nullcontext()
     )
     with allowed:
         result = distributed_utils.broadcast_object(
-            read() if trainer.data_parallel_rank == 0 else None,
+            read() if distributed_utils.get_data_parallel_rank() == 0 else None,
             src_rank=0,
-            group=trainer.data_parallel_process_group,
-            dist_device=trainer.device,
+            group=distributed_utils.get_data_parallel_group(),
         )
     return utils.apply_to_sample(lambda t: t.cpu(), result)  # (move_to_cpu would cast fp16)
 

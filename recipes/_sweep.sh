@@ -14,7 +14,8 @@ die() { echo "$NAME: $*" >&2; exit 1; }
 # (fairseq-hydra-train -m; each row a folder of SWEEP_DIR, resumed when run again), under a CUDA
 # MPS daemon of its own with MPS=1, each row's training stopped within TIME_BUDGET hours less
 # EVAL_RESERVE, then the results page copied to PAGE (with its logs and figure).
-# The page is written even when rows failed; the status is the sweep's.
+# The page is written even when rows failed; a sweep that started no row (a refused MPS=1, a bad
+# override) ends with its own error alone. The status is the sweep's.
 sweep() {
   local config=$1 dir=$2 page=$3 status=0
   shift 3
@@ -31,8 +32,19 @@ sweep() {
   if [ "${MPS:-0}" = 1 ]; then cmd=("$BIN/python" recipes/mps.py --folder "$dir/mps" --prog "$NAME" -- "${cmd[@]}"); fi
   echo "+ ${cmd[*]}"
   "${cmd[@]}" || status=$?
-  "$BIN/fairseq-noise-page" "$dir" --out "$page" || status=1
+  if compgen -G "$dir/*/row.json" > /dev/null; then
+    "$BIN/fairseq-noise-page" "$dir" --out "$page" || status=1
+  fi
   return $status
+}
+
+# ptb_data: PTB's text files (PTB_DIR, else downloaded into WORK/ptb and checked against their
+# SHA-256) binarized into WORK/data-bin (skipped when done), by recipes/prepare_ptb.py, which the
+# benchmarks and the tests use too.
+ptb_data() {
+  local text=(--download "$WORK/ptb")
+  if [ -n "${PTB_DIR:-}" ]; then text=(--ptb-dir "$PTB_DIR"); fi
+  "$BIN/python" recipes/prepare_ptb.py --prog "$NAME" "${text[@]}" --destdir "$WORK/data-bin"
 }
 
 # translation_data RAW: the translation recipes' segmentation and binarization of RAW/{train,valid,

@@ -3,7 +3,7 @@
 # pipeline: Moses tokens (or SPM=1 sentencepiece), the rows of recipes/config/$CONFIG.yaml side by
 # side, each validated, decoded with beam 5 and scored with sacrebleu against the raw test2016
 # references, then the page. CONFIG: multi30k (default: the paper's 2 x 512 LSTM and SGD protocol),
-# multi30k_cpu (256 units, Adam: a CPU budget).
+# multi30k_cpu (the same protocol at 256 units: a CPU budget).
 #
 #   bash recipes/setup.sh && CONFIG=multi30k_cpu bash recipes/multi30k.sh [OVERRIDE...]
 #

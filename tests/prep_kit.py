@@ -1,22 +1,14 @@
 """Small inputs of the real data's shape for the data-preparation tests of recipes/ (Text8,
 IWSLT'15 tarballs), and loading a recipe's Python module (recipes/ is no package)."""
 
-import importlib.util
 import io
 import random
 import tarfile
 from pathlib import Path
 
-from conftest import REPO
+from conftest import recipe_module
 
-RECIPES = REPO / "recipes"
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, RECIPES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = recipe_module  # recipes/NAME.py as a module
 
 
 def synthetic_text8(n_chars, seed=0, vocab=400):

@@ -1,4 +1,4 @@
-"""A one-node SLURM cluster on this machine for the tests (``recipes/slurm_local.sh``): the
+"""A one-node SLURM cluster on this machine for the tests (``tools/slurm_local.sh``): the
 session fixture ``slurm_cluster``, which test modules import with
 ``from slurm_kit import slurm_cluster  # noqa: F401``.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, processes_naming
 
-SCRIPT = REPO / "recipes" / "slurm_local.sh"
+SCRIPT = REPO / "tools" / "slurm_local.sh"
 BASH = shutil.which("bash") or "/bin/bash"
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 PROGRAMS = ["sinfo", "sbatch", "slurmctld", "slurmd", "munged"]
@@ -97,7 +97,7 @@ def slurm_cluster(tmp_path_factory):
                 f"SLURM test skipped: could not install Debian's {' '.join(PACKAGES)} ({why})"
             )
     if os.geteuid() != 0:
-        pytest.skip("SLURM test skipped: recipes/slurm_local.sh start needs root")
+        pytest.skip("SLURM test skipped: tools/slurm_local.sh start needs root")
     state_dir = tmp_path_factory.mktemp("slurm")
     env = {**os.environ, "PATH": SEARCH_PATH, "SLURM_LOCAL_PORT": str(_free_port_pair())}
     proc = slurm_local("start", state_dir, env)

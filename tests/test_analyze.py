@@ -83,7 +83,7 @@ def reference(tiny):
 
     def stream(name):
         ids = []
-        for line in (tiny["raw"] / f"{name}.txt").read_text().splitlines():
+        for line in (tiny["raw"] / f"ptb.{name}.txt").read_text().splitlines():
             ids += [d.index(w) for w in line.split()] + [d.eos()]
         return ids
 
@@ -401,23 +401,24 @@ def test_logs_are_parsed_exactly():
     simple = logs.parse_log(SIMPLE)
     assert simple.train_ppl == {1: 362.04, 2: 181.02, 3: 128.5}
     assert simple.valid_ppl == {1: 256.5, 2: 128.25, 3: 140.0}
-    assert (simple.noise_scheme, simple.noise_gamma, simple.best_valid_ppl) == ("kn", 0.2, 128.25)
+    assert simple.best_valid_ppl == 128.25
     assert logs.parse_log(SIMPLE, subset="test").valid_ppl == {2: 64.0}
     js = logs.parse_log(JSON)
     assert js.train_ppl == {1: 390.2, 2: 210.75} and js.valid_ppl == {1: 300.1, 2: 240.5}
-    assert (js.noise_scheme, js.noise_gamma) == ("none", 0.0)
     tq = logs.parse_log(TQDM)
-    assert tq.train_ppl == {1: 512.0} and tq.valid_ppl == {1: 260.0} and tq.noise_scheme is None
+    assert tq.train_ppl == {1: 512.0} and tq.valid_ppl == {1: 260.0}
 
 
-def test_logs_give_the_learning_rate_wall_time_and_gpu_of_each_epoch():
+def test_logs_give_the_learning_rate_wall_time_and_position_of_each_epoch():
     simple = logs.parse_log(SIMPLE)
     assert simple.lr == {1: 1.0, 2: 0.5, 3: 0.25} and simple.halvings == 2
     assert simple.wall == {1: 58.0, 2: 120.0, 3: 181.0} and simple.wall_seconds == 181.0
-    assert simple.gpu == "NVIDIA H100 80GB HBM3"
+    assert simple.epochs_done == 3.0 and simple.current_lr == 0.25
     js = logs.parse_log(JSON)
     assert js.lr == {1: 1.0, 2: 1.0} and js.halvings == 0 and js.wall_seconds == 61.0
-    assert js.gpu is None
+    # half of epoch 3 trained (a train_inner line after epoch 2's summary)
+    inside = logs.parse_log(JSON + '| train_inner | {"epoch": 3, "update": 2.5, "lr": "0.5"}\n')
+    assert inside.epochs_done == 2.5 and inside.current_lr == 0.5
     # a resumed run repeats an epoch: its last summary counts, and a rise is no halving
     resumed = logs.parse_log(
         "epoch 001 | loss 9 | ppl 512 | lr 1 | wall 10\n"
@@ -460,7 +461,9 @@ def test_curves_reads_the_logs(tmp_path, capsys):
     png_ok(png)
     out = json.loads((tmp_path / "c.json").read_text())["runs"]
     assert out["plain"]["valid_ppl"] == {"1": 300.1, "2": 240.5}
-    assert out["kn (kn 0.2)"]["train_ppl"] == {"1": 362.04, "2": 181.02, "3": 128.5}
+    # a log is labelled by its name: how it was noised is no log's to say
+    assert out["kn"]["train_ppl"] == {"1": 362.04, "2": 181.02, "3": 128.5}
+    assert out["kn"]["scheme"] is None
     printed = capsys.readouterr().out
     assert "plain" in printed and "128.50" in printed and f"wrote {png}" in printed
 
@@ -484,7 +487,7 @@ def test_sweep_from_logs_and_a_checkpoint(tiny, tmp_path):
         )
         path = tmp_path / f"{scheme}{gamma}.log"
         path.write_text(text)
-        runs.append(path)
+        runs.append(f"{scheme}:{gamma}={path}")  # a log does not say how it was noised
     bare = tmp_path / "bare.log"
     bare.write_text(TQDM)
     png = tmp_path / "sweep.png"
@@ -499,12 +502,14 @@ def test_sweep_from_logs_and_a_checkpoint(tiny, tmp_path):
         ("unigram", 0.4): 150.0,
         ("unigram", 0.2): 2.0 ** extra["best"],
     }
-    # the run directory: its log (the real fairseq-train output) is read
+    # the run directory: its checkpoint_best.pt, which says how it was noised
     from_dir = run(["sweep", tiny["dir"]])["points"][0]
-    assert (
-        from_dir["source"] == "log" and from_dir["scheme"] == "unigram" and from_dir["gamma"] == 0.2
+    assert (from_dir["source"], from_dir["scheme"], from_dir["gamma"]) == (
+        "checkpoint",
+        "unigram",
+        0.2,
     )
-    np.testing.assert_allclose(from_dir["best_valid_ppl"], 2.0 ** extra["best"], rtol=2e-3)
+    assert from_dir["best_valid_ppl"] == 2.0 ** extra["best"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,10 +610,13 @@ def test_pseudocounts_cli_agrees_with_the_formula(tiny, tmp_path, scheme):
         (["curves", "{tmp}/kn.log", "--bogus"], "unrecognized arguments: --bogus"),
         (["curves", "{tmp}/missing.log"], "missing.log does not exist"),
         (["curves", "{tmp}/empty.log"], "empty.log holds no end-of-epoch perplexity"),
-        (["curves", "{tmp}/run"], "run holds no *.log file"),
-        (["sweep", "{tmp}/run"], "run holds no *.log file nor checkpoint_best.pt"),
-        (["sweep", "{tmp}/bare.log"], "does not say its noising scheme; pass it as SCHEME:GAMMA="),
-        (["sweep", "{tmp}/empty.log"], "empty.log holds no \"valid on 'valid' subset\" line"),
+        (["curves", "{tmp}/run"], "run holds no *.log file and no sweep row"),
+        (["sweep", "{tmp}/run"], "run holds no sweep row, checkpoint_best.pt nor *.log file"),
+        (
+            ["sweep", "{tmp}/kn.log"],
+            "a log does not say its noising scheme: pass it as SCHEME:GAMMA=",
+        ),
+        (["sweep", "kn:0.2={tmp}/empty.log"], "empty.log holds no validation perplexity"),
         (["mc-eval", "{tmp}/missing.pt", "--samples", "0"], "--samples must be at least 1, got 0"),
     ],
 )

@@ -20,7 +20,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import CLI_ENV, COMMON, TINY_LM, TINY_MT, build_task, lm_train_argv, run_cli
+from conftest import CLI_ENV, TINY_LM, TINY_MT, build_task, lm_train_argv, mt_train_argv, run_cli
 from fairseq.data import Dictionary, data_utils, indexed_dataset
 
 from fairseq_noising.errors import NoisingError
@@ -33,7 +33,6 @@ pytestmark = pytest.mark.slow  # binarized real data
 # what every command line of this file adds to conftest's COMMON: 2 updates of 20 rows with Adam
 TRAIN = ["--max-update", 2, "--batch-size", 20, "--required-batch-size-multiple", 1]
 TRAIN += ["--optimizer", "adam", "--lr", 0.001]
-MT = ["--task", "noised_translation", *TINY_MT]
 KN = ["--noise-scheme", "kn", "--noise-gamma", "0.2"]
 
 
@@ -71,7 +70,7 @@ def lm(data, *flags):
 
 
 def mt(data, *flags):
-    return data, [data, *COMMON, *MT, *flags, *TRAIN]
+    return data, mt_train_argv(data, *flags, *TRAIN, model=TINY_MT)
 
 
 def lm_args(tmp, request, *flags):

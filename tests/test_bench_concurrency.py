@@ -192,8 +192,9 @@ def test_a_temporary_folder_too_deep_for_the_runs_sockets_is_refused(tmp_path, m
 def test_each_run_is_the_tables_config_with_the_measurements_overrides(device, size, tmp_path):
     data = unread_data_bin(tmp_path / "bin")
     args = bench_concurrency.parse_args(["--size", size, "--data-bin", str(data)])
+    args.cache_dir = tmp_path / "cache"
     interval = 1 if device == "cpu" else 10
-    cmd = bench_concurrency.training_command(args, device, tmp_path, interval)
+    cmd = bench_concurrency.training_command(args, device, interval)
     assert cmd == [
         str(Path(sys.executable).parent / "fairseq-hydra-train"),
         "--config-dir",

@@ -1,7 +1,7 @@
 """The recipes' data preparation and the sweeps' scoring on small inputs of the real data's shape:
 recipes/prepare_text8.py (split, <unk>, lines) against a brute-force reading,
 recipes/prepare_translation.py (IWSLT tarballs, plain parallel files, tokenizers, sentencepiece)
-and fairseq_noising/sweep/bleu.py (hypotheses of fairseq-generate, detokenizers, BLEU against
+and fairseq_noising/sweep/bleu.py (detokenizers, BLEU against
 sacrebleu called directly)."""
 
 import collections
@@ -167,18 +167,13 @@ def test_plain_copy_drops_only_the_final_empty_line_and_reads_gzip(tmp_path):
 def test_score_writes_the_detokenized_hypotheses_and_both_bleus(tmp_path):
     import sacrebleu
 
-    gen = tmp_path / "test.gen"
     a, b = "Ein Mann , in einem blauen Hemd .", "Zwei Hunde rennen ."
-    gen.write_text(
-        f"2026 | INFO | fairseq_cli.generate | loaded\nS-1\tx\nH-1\t-0.2\t{b}\nD-1\t-0.2\t{b}\n"
-        f"H-0\t-0.1\t{a}\nGenerate test with beam=5: BLEU4 = 1.0\n"
-    )
     ref = tmp_path / "test.de"
     ref.write_text("Ein Mann, in einem roten Hemd.\nZwei Hunde rennen.\n")
     tok_ref = tmp_path / "tok.de"
     tok_ref.write_text("Ein Mann , in einem roten Hemd .\nZwei Hunde rennen .\n")
     detok = tmp_path / "test.detok"
-    scores = bleu.score(str(gen), str(ref), "de", "simple", str(detok), str(tok_ref))
+    scores = bleu.score([a, b], str(ref), "de", "simple", str(detok), str(tok_ref))
     assert detok.read_text() == "Ein Mann, in einem blauen Hemd.\nZwei Hunde rennen.\n"
     refs = ref.read_text().splitlines()
     expected = sacrebleu.corpus_bleu(
@@ -197,7 +192,7 @@ def test_score_writes_the_detokenized_hypotheses_and_both_bleus(tmp_path):
         "signature": f"nrefs:1|case:mixed|eff:no|tok:none|smooth:exp|version:{version}",
     }
     # sentencepiece output is detokenized already: no tokenized BLEU, the hypotheses as they are
-    assert set(bleu.score(str(gen), str(ref), "de", "none", str(detok))) == {"bleu"}
+    assert set(bleu.score([a, b], str(ref), "de", "none", str(detok))) == {"bleu"}
     assert detok.read_text() == f"{a}\n{b}\n"
 
 
@@ -241,11 +236,7 @@ def test_sentencepiece_and_scoring_helpers(tmp_path):
         enc = (out / "test.de").read_text(encoding="utf-8").splitlines()
         dec = [sp.decode(line.split()) for line in enc]
         assert dec == (raw / "test.de").read_text(encoding="utf-8").splitlines()
-    gen = tmp_path / "gen.out"
     a, b = "ein Hund läuft über die grüne Wiese .", "zwei Hunde spielen mit einem roten Ball ."
-    gen.write_text(f"S-1\tb\nH-1\t-0.5\t{b}\nD-1\t-0.5\t{b}\nH-0\t-0.1\t{a}\nP-0\t-0.1\n")
-    assert bleu.hypotheses(str(gen)) == [a, b]
     assert bleu.corpus_bleu([a, b], [a, b])["score"] == pytest.approx(100.0)
-    gen.write_text("H-2\t-0.5\tx\nH-0\t-0.1\ty\n")
-    with pytest.raises(NoisingError, match="missing"):
-        bleu.hypotheses(str(gen))
+    with pytest.raises(NoisingError, match="2 hypotheses for 1 references"):
+        bleu.corpus_bleu([a, b], [a])

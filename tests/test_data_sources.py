@@ -7,18 +7,14 @@ checksums are computed here with hashlib and gzip, or read from the shared folde
 import gzip
 import hashlib
 import http.server
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import data_cache
 import pytest
-from conftest import REPO, require_shared
+from conftest import require_shared, shared_or_exit
 from data_cache import Dataset, DataUnavailable
 
 A_TEXT = "the first file\nwith two lines\n"
@@ -187,92 +183,33 @@ def test_ptb_downloads_as_the_shared_copy(server, tmp_path, monkeypatch):
         assert (got / name).read_bytes() == (ptb / name).read_bytes()
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory):
-    """The project's files as a clone has them, in a folder with no ../shared beside it."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    top = tmp_path_factory.mktemp("clean") / "clone"
-    for name in filter(None, files.split("\0")):
-        if (REPO / name).is_file():
-            (top / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, top / name)
-    assert not (top.parent / "shared").exists()
-    return top
+# ---------------------------------------------------------------- the tiers
 
 
-def pytest_in(folder: Path, tmp_path: Path, *args, **env):
-    """pytest ARGS in folder, with no shared data, an empty cache and downloading off."""
-    environ = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "FAIRSEQ_NOISING_SHARED": str(tmp_path / "no-data"),
-        "FAIRSEQ_NOISING_DATA_CACHE": str(tmp_path / "cache"),
-        "FAIRSEQ_NOISING_DOWNLOAD": "0",
-        "no_proxy": "127.0.0.1",
-        **env,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-        cwd=folder,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=600,
+def test_a_fast_test_that_reads_the_data_fails(request):
+    """The fast tier needs no data: require_shared fails a test that is not marked slow (the
+    suite's own run is the check, for every test and fixture)."""
+    assert request.node.get_closest_marker("slow") is None
+    with pytest.raises(pytest.fail.Exception) as failed:
+        require_shared("ptb")
+    assert str(failed.value) == (
+        f"{request.node.nodeid} reads the real data (ptb) but is not marked slow: the fast tier "
+        "(-m 'not slow') needs no data files"
     )
 
 
-@pytest.mark.slow
-def test_the_fast_tier_needs_no_data(clone, tmp_path):
-    proc = pytest_in(clone, tmp_path, "-m", "not slow", "tests")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert " passed" in out.splitlines()[-1], out[-2000:]
-
-
-PROBE = """
-from conftest import require_shared
-
-
-def test_ptb():
-    assert len(require_shared("ptb", "ptb.valid.txt").read_text().splitlines()) == 3370
-
-
-def test_multi30k():
-    require_shared("multi30k")
-"""
-
-
-@pytest.mark.slow
-def test_the_data_tests_stop_with_one_line_or_download_once(clone, server, tmp_path):
-    (clone / "tests" / "test_probe_data.py").write_text(PROBE)
-    try:
-        proc = pytest_in(clone, tmp_path, "tests/test_probe_data.py")
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == 1, out
-        cache = tmp_path / "cache"
-        line = (
-            f"real test data ptb is missing: put ptb.train.txt, ptb.valid.txt, ptb.test.txt into "
-            f"{tmp_path / 'no-data' / 'ptb'} or {cache / 'ptb'} "
-            "(downloading them is off: FAIRSEQ_NOISING_DOWNLOAD=0)"
-        )
-        assert out.count(line) == 1 and "Traceback" not in out and "multi30k" not in out, out
-
-        ptb = require_shared("ptb")
-        for name in ("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt"):
-            shutil.copy(ptb / name, server.root / name)
-        online = {"FAIRSEQ_NOISING_DOWNLOAD": "1", "FAIRSEQ_NOISING_PTB_URL": server.url}
-        for run in range(2):
-            proc = pytest_in(clone, tmp_path, "tests/test_probe_data.py", "-k", "ptb", **online)
-            out = proc.stdout + proc.stderr
-            assert proc.returncode == 0, out
-            said = f"downloading ptb from {server.url} to {cache / 'ptb'}"
-            assert out.count(said) == (1 if run == 0 else 0), out
-            assert len(server.asked) == 3
-    finally:
-        (clone / "tests" / "test_probe_data.py").unlink()
+def test_without_the_data_the_run_ends_with_one_line(tmp_path, monkeypatch):
+    """Where the data can be had from nowhere, the first test that needs it ends the whole run
+    (pytest.exit) with one line naming the files and the folders to put them in."""
+    monkeypatch.setenv("FAIRSEQ_NOISING_SHARED", str(tmp_path / "no-data"))
+    monkeypatch.setenv("FAIRSEQ_NOISING_DATA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FAIRSEQ_NOISING_DOWNLOAD", "0")
+    with pytest.raises(pytest.exit.Exception) as ended:
+        shared_or_exit("ptb")
+    assert ended.value.returncode == pytest.ExitCode.TESTS_FAILED
+    assert ended.value.msg == (
+        "real test data ptb is missing: put ptb.train.txt, ptb.valid.txt, ptb.test.txt into "
+        f"{tmp_path / 'no-data' / 'ptb'} or {tmp_path / 'cache' / 'ptb'} "
+        "(downloading them is off: FAIRSEQ_NOISING_DOWNLOAD=0) "
+        "(pytest -m 'not slow' runs the tests that need none)"
+    )

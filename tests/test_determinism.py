@@ -10,7 +10,7 @@ training one epoch then resuming from checkpoint_last.pt gives the uninterrupted
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGIN_DIR, TINY_LM, build_task, lm_train_argv, run_cli
+from conftest import TINY_LM, build_task, lm_train_argv, mt_train_argv, run_cli
 
 pytestmark = pytest.mark.slow  # tasks over real data and fairseq-train runs
 
@@ -50,25 +50,7 @@ def test_an_examples_noise_does_not_depend_on_its_batch(kn_task):
 
 
 def test_translation_noise_does_not_depend_on_padding(multi30k_small_bin):
-    task, _ = build_task(
-        [
-            multi30k_small_bin,
-            "--user-dir",
-            PLUGIN_DIR,
-            "--task",
-            "noised_translation",
-            "--arch",
-            "lstm",
-            "--noise-scheme",
-            "kn",
-            "--noise-gamma",
-            "0.6",
-            "-s",
-            "en",
-            "-t",
-            "de",
-        ]
-    )
+    task, _ = build_task(mt_train_argv(multi30k_small_bin, scheme="kn", gamma=0.6))
     task.load_dataset("train")
     wrapper = task.dataset("train")
     lengths = wrapper.dataset.src_sizes

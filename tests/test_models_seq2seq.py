@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-from conftest import COMMON
+from conftest import mt_train_argv
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import MODEL_DATACLASS_REGISTRY, build_model
 from fairseq.sequence_generator import SequenceGenerator
@@ -54,8 +54,9 @@ def left_padded_batch(src_dict, lengths, generator=None):
 
 
 def parse_s2s_args(arch, flags=""):
-    """fairseq-train's parsing of ``data-bin --task translation --arch ARCH FLAGS``."""
-    argv = ["data-bin", *COMMON, "--task", "translation", "--arch", arch, *flags.split()]
+    """fairseq-train's parsing of conftest's translation command line with ``--task translation
+    --arch ARCH FLAGS``."""
+    argv = mt_train_argv("data-bin", *flags.split(), task="translation", model=("--arch", arch))
     return parse_train_args(argv)
 
 

@@ -4,17 +4,14 @@ command run with the daemon's folders in its environment, stopped after, also wh
 fails or is interrupted; a daemon that does not start or answer, or a machine without CUDA, is
 one line before the command runs."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, recipe_module
 
-spec = importlib.util.spec_from_file_location("mps", REPO / "recipes" / "mps.py")
-mps = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mps)
+mps = recipe_module("mps")
 
 STAND_IN = """#!/bin/sh
 # nvidia-cuda-mps-control stand-in: records each call (arguments, pipe folder, stdin)

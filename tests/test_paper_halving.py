@@ -141,9 +141,14 @@ def test_refuses_inconsistent_configurations(overrides, match):
     assert "\n" not in str(refused.value)
 
 
-def test_threshold_rule_accepts_per_token_metrics_with_sentence_avg():
-    for metric in ("nll_loss", "ppl"):
-        build(halving_threshold=0.01, sentence_avg=True, best_checkpoint_metric=metric)
+@pytest.mark.parametrize("metric, value", [("nll_loss", math.log2), ("ppl", float)])
+def test_threshold_rule_accepts_per_token_metrics_with_sentence_avg(metric, value):
+    """With --sentence-avg the per-token metrics (nll_loss in bits, ppl) feed the 1% rule, which
+    reads them as perplexities: 100 -> 98 (2%) keeps the rate, 98 -> 97.5 (0.51%) halves it."""
+    scheduler, _ = build(halving_threshold=0.01, sentence_avg=True, best_checkpoint_metric=metric)
+    assert scheduler.step(1, value(100.0)) == 1.0
+    assert scheduler.step(2, value(98.0)) == 1.0
+    assert scheduler.step(3, value(97.5)) == 0.5 and scheduler.halving_started
 
 
 @pytest.mark.slow

@@ -2,14 +2,13 @@
 checkpoints hold the model once, a resumed run reading the best epoch's parameters back from
 ``checkpoint_best.pt`` (docs/paper_halving.md, "Resuming").
 
-Fast tier: the scheduler (tests/halving_kit.py) resumed through ``FakeTrainer``, what it uses of
-fairseq's trainer, from checkpoints in fairseq's layout that the tests write where and when
+Fast tier: the scheduler (tests/halving_kit.py) resumed through ``FakeTrainer``, what fairseq's
+trainer hands it, from checkpoints in fairseq's layout that the tests write where and when
 fairseq would; a run that was not interrupted is the oracle of an interrupted and resumed one.
 Slow tier: the real ``fairseq-train`` in-process on tests/conftest.py's tiny PTB slice, stopped
 by ``--max-epoch`` or ``--max-update``, resumed and re-launched, with planted validation values.
 """
 
-import copy
 import io
 import logging
 import os
@@ -56,32 +55,19 @@ def safe_roundtrip(obj):
 
 
 class FakeTrainer:
-    """What a resuming scheduler uses of fairseq's Trainer (``fairseq_compat.trainer_of``): the
-    trainer calls the scheduler from its own methods, keeps it in ``_lr_scheduler``, and knows the
-    model and the save directory. ``load_checkpoint`` follows ``Trainer.load_checkpoint``."""
+    """What fairseq's Trainer hands a scheduler: ``load_checkpoint`` follows
+    ``Trainer.load_checkpoint`` once the model is loaded from ``state``, which the test has put
+    where fairseq-train resumes from (the scheduler reads it there)."""
 
-    def __init__(self, scheduler, model, save_dir):
-        self._lr_scheduler, self._model = scheduler, model
-        self.cfg = SimpleNamespace(checkpoint=SimpleNamespace(save_dir=str(save_dir)))
-        self.checkpoint_suffix = ""
-        self.data_parallel_world_size = 1
+    def __init__(self, scheduler):
+        self._lr_scheduler = scheduler
 
-    def get_model(self):
-        return self._model
-
-    def get_criterion(self):
-        return None
-
-    def load_checkpoint(self, state):  # the name of the checkpoint in Trainer.load_checkpoint
+    def load_checkpoint(self, state):
         last = state["optimizer_history"][-1]
         self._lr_scheduler.load_state_dict(last["lr_scheduler_state"])
         self._lr_scheduler.optimizer.load_state_dict(state["last_optimizer_state"])
         self._lr_scheduler.step_update(last["num_updates"])
         self.lr_step(state["extra_state"]["train_iterator"]["epoch"])
-
-    def load_scheduler(self, state, epoch):
-        self._lr_scheduler.load_state_dict(state)
-        self.lr_step(epoch)
 
     def lr_step(self, epoch, val_loss=None):
         return self._lr_scheduler.step(epoch, val_loss)
@@ -117,14 +103,28 @@ def fairseq_save(scheduler, model, loss, save_dir, next_epoch, iterations=0):
     return checkpoint
 
 
-def fairseq_epoch(scheduler, model, epoch, loss, save_dir=None):
+def fairseq_epoch(scheduler, model, epoch, loss, save_dir=None, trained=None):
     """One epoch in fairseq_cli.train's order; returns the end-of-epoch checkpoint's content,
-    which fairseq writes after validation but *before* it calls scheduler.step."""
+    which fairseq writes after validation but *before* it calls scheduler.step. ``trained``: the
+    model's state dict at the end of the epoch, instead of what this machine trains."""
     scheduler.step_begin_epoch(epoch)
     train_a_bit(scheduler, model, epoch)
+    if trained is not None:
+        model.load_state_dict(trained)
     checkpoint = fairseq_save(scheduler, model, loss, save_dir, epoch + 1)
     scheduler.step(epoch, loss)
     return checkpoint
+
+
+def loaded(checkpoint, save_dir, **overrides):
+    """A fresh process's model loaded from ``checkpoint``, which is saved as
+    ``save_dir/checkpoint_last.pt`` (where fairseq-train resumes from), and its scheduler, not
+    loaded yet: (scheduler, model, trainer). ``overrides``: scheduler options."""
+    torch.save(checkpoint, os.path.join(save_dir, "checkpoint_last.pt"))
+    model = Tiny()
+    model.load_state_dict(checkpoint["model"])
+    scheduler, _ = build(model=model, save_dir=str(save_dir), **overrides)
+    return scheduler, model, FakeTrainer(scheduler)
 
 
 def resume(checkpoint, save_dir, **overrides):
@@ -133,10 +133,7 @@ def resume(checkpoint, save_dir, **overrides):
     calls trainer.lr_step again. ``overrides``: scheduler options. Returns (scheduler, model,
     trainer)."""
     del_fairseq_best()
-    model = Tiny()
-    model.load_state_dict(checkpoint["model"])
-    scheduler, _ = build(model=model, **overrides)
-    trainer = FakeTrainer(scheduler, model, save_dir)
+    scheduler, model, trainer = loaded(checkpoint, save_dir, **overrides)
     trainer.load_checkpoint(checkpoint)  # fairseq's best not restored yet
     set_fairseq_best(safe_roundtrip(checkpoint["extra_state"]["best"]))  # a new float object
     trainer.lr_step(checkpoint["extra_state"]["train_iterator"]["epoch"])
@@ -170,9 +167,9 @@ def test_state_dict_roundtrip_continues_identically(tmp_path):
     # the best parameters are not in the state: checkpoint_best.pt holds them (epoch 2, update 2)
     assert state["best_params"] is None and best_updates == 2
 
-    model_b = copy.deepcopy(model_a)
-    b, _ = build(model=model_b)
-    FakeTrainer(b, model_b, tmp_path).load_scheduler(state, 5)  # no decision pending
+    saved = fairseq_save(a, model_a, 4.2, None, 5)  # a save after the decision: none pending
+    assert scheduler_state(saved) == state
+    b, model_b, _ = resume(saved, tmp_path)
     assert (b.optimizer.get_lr(), b.halvings, b.best, b.best_epoch) == (0.25, 2, 4.0, 2)
     assert same(b.best_params, a.best_params)
     for epoch, loss in [(5, 4.6), (6, 3.0), (7, 3.5)]:
@@ -267,17 +264,22 @@ def test_checkpoints_of_the_previous_state_version_resume_as_an_uninterrupted_ru
     """tests/data/paper_halving_v2/make.py: the tiny model's checkpoints written by the previous
     version of the scheduler (state version 2: what the validations had decided) after the
     epochs with ``losses``, before the last one's decision. Resumed, the run goes on as this
-    version's run from the same seed that was never interrupted."""
+    version's run from the same seed that was never interrupted. The machine that wrote them
+    may round differently (another CPU's kernels): that run's parameters, where the files hold
+    them (its best epoch and its last), are taken from them."""
     options = dict(halving_threshold=0.01, best_checkpoint_metric="nll_loss")
     options = options if rule == "threshold" else {}
     saved = tmp_path / "v2"
     shutil.copytree(os.path.join(VERSION_2, f"tiny-{rule}"), saved)
     checkpoint = torch.load(saved / "checkpoint_last.pt", weights_only=True)
     assert scheduler_state(checkpoint)["version"] == 2 and "halvings" in scheduler_state(checkpoint)
+    best = torch.load(saved / "checkpoint_best.pt", weights_only=True)
+    trained = {fairseq_compat.checkpoint_position(best)["epoch"]: best["model"]}
+    trained[len(losses)] = checkpoint["model"]
     torch.manual_seed(0)  # as make.py built its model
     live, model = build(**options)
     for epoch, loss in enumerate(losses, 1):
-        fairseq_epoch(live, model, epoch, loss, tmp_path)
+        fairseq_epoch(live, model, epoch, loss, tmp_path, trained.get(epoch))
     resumed, resumed_model, _ = resume(checkpoint, saved, **options)
     for epoch, loss in enumerate([None] + later, len(losses)):
         if loss is not None:
@@ -317,8 +319,7 @@ def test_resume_without_fairseq_best_replays_from_the_value_saved_with_the_check
     for epoch, loss in enumerate([5.0, 6.0], 1):
         checkpoint = fairseq_epoch(live, model, epoch, loss, tmp_path)
     del_fairseq_best()
-    resumed, resumed_model = build(model=copy.deepcopy(model))
-    trainer = FakeTrainer(resumed, resumed_model, tmp_path)
+    resumed, resumed_model, trainer = loaded(checkpoint, tmp_path)
     with caplog.at_level(logging.INFO):
         trainer.load_checkpoint(checkpoint)
         trainer.lr_step(3)
@@ -398,6 +399,67 @@ def test_resume_refuses_a_checkpoint_best_that_lacks_the_best_epoch(kind, tmp_pa
     assert "pass --reset-lr-scheduler to start the protocol afresh" in message
 
 
+@pytest.mark.parametrize(
+    "restore_file, suffix, continue_once, last_exists",
+    [
+        ("checkpoint_last.pt", "", None, True),
+        ("checkpoint_last.pt", "-x", None, True),
+        ("checkpoint_last.pt", "", "pretrained.pt", False),  # a first launch: continue_once
+        ("checkpoint_last.pt", "-x", "pretrained.pt", True),
+        ("elsewhere/checkpoint5.pt", "-x", None, False),
+    ],
+)
+def test_checkpoint_files_name_the_file_that_fairseq_resumes_from(
+    restore_file, suffix, continue_once, last_exists, tmp_path
+):
+    """fairseq_compat.checkpoint_files against checkpoint_utils.load_checkpoint, whose rule is
+    inline: the path it hands Trainer.load_checkpoint."""
+    from fairseq.dataclass.configs import CheckpointConfig
+
+    cfg = CheckpointConfig(
+        save_dir=str(tmp_path),
+        restore_file=restore_file,
+        continue_once=continue_once,
+        checkpoint_suffix=suffix,
+    )
+    if last_exists:
+        (tmp_path / f"checkpoint_last{suffix}.pt").touch()
+    opened = []
+    trainer = SimpleNamespace(
+        checkpoint_suffix=suffix,
+        load_checkpoint=lambda path, *args, **kwargs: opened.append(path),
+        get_train_iterator=lambda epoch, **kwargs: SimpleNamespace(epoch=epoch),
+        lr_step=lambda epoch: None,
+    )
+    checkpoint_utils.load_checkpoint(cfg, trainer)
+    assert fairseq_compat.checkpoint_files(cfg) == (
+        opened[0],
+        str(tmp_path / f"checkpoint_best{suffix}.pt"),
+    )
+
+
+def test_resume_from_another_file_than_fairseqs_replays_nothing_and_reads_no_best(caplog, tmp_path):
+    """The file that fairseq's rule names holds another point than the checkpoint loaded (a
+    program that loads a path of its own): its validation is not replayed, and without it the
+    best parameters cannot be read back."""
+    live, model = build()
+    for epoch, loss in enumerate([5.0, 4.0, 4.5], 1):
+        checkpoint = fairseq_epoch(live, model, epoch, loss, tmp_path)
+        if epoch == 2:
+            epoch_2 = checkpoint
+    scheduler, _, trainer = loaded(epoch_2, tmp_path, no_restore_best=True)  # at the rule's path
+    with caplog.at_level(logging.WARNING):
+        trainer.load_checkpoint(checkpoint)
+    assert (
+        f"{tmp_path / 'checkpoint_last.pt'} holds the end of epoch 2, not epoch 4 at 3 updates: "
+        "it is not the checkpoint being loaded"
+    ) in caplog.text
+    assert (scheduler.halvings, scheduler.validations[-1]["epoch"]) == (0, 2)  # 3 not replayed
+    scheduler, _, trainer = loaded(epoch_2, tmp_path)
+    with pytest.raises(NoisingError, match="checkpoint_best.pt cannot be mapped onto the model "):
+        trainer.load_checkpoint(checkpoint)
+
+
 def test_resume_refuses_a_missing_checkpoint_best_even_when_nothing_restores_at_once(tmp_path):
     """Refused while loading, before any training: a later non-improving epoch would need it."""
     live, model = build()
@@ -443,7 +505,8 @@ def test_resume_inside_an_epoch_keeps_the_weights_those_of_checkpoint_best(insid
 
 
 class Tied(torch.nn.Module):
-    """Tied weights (two names in a state dict, one parameter) and a buffer."""
+    """Tied weights (two names in a state dict, one parameter) and a buffer of hidden.bias's
+    shape."""
 
     def __init__(self):
         super().__init__()
@@ -451,17 +514,22 @@ class Tied(torch.nn.Module):
         self.hidden = torch.nn.Linear(3, 3)
         self.out = torch.nn.Linear(3, 5)
         self.out.weight = self.embed.weight
-        self.register_buffer("steps", torch.tensor([7.0]))
+        self.register_buffer("steps", torch.full((3,), 7.0))
 
 
-def test_optimizer_values_follow_names_ties_buffers_and_fp16_master_copies():
-    """The values that a checkpoint's state dict holds for optimizer.params, checked against a
-    model whose parameters were set to known values."""
+def test_optimizer_values_find_each_parameter_by_its_value_in_the_checkpoint_loaded():
+    """The values that a checkpoint's state dict holds for optimizer.params, each parameter
+    found by the value it holds in the checkpoint that the model was loaded from (fairseq saves
+    fp16 as fp32), against parameters set to known values: ties, buffers, fp16 master copies."""
     model = Tied()
-    for i, p in enumerate(model.parameters()):
-        torch.nn.init.constant_(p, float(i + 1))
-    saved = {"model": {k: v.clone() for k, v in model.state_dict().items()}, "criterion": None}
-    assert list(saved["model"]) == [  # a buffer first, the tied weight twice
+
+    def saved(sign):  # fairseq's layout, the parameters set to +-1, +-2, ... first
+        for i, p in enumerate(model.parameters()):
+            torch.nn.init.constant_(p, sign * float(i + 1))
+        return {"model": {k: v.clone() for k, v in model.state_dict().items()}, "criterion": None}
+
+    wanted, loaded = saved(1), saved(-1)  # the best, then the one the model was loaded from
+    assert list(wanted["model"]) == [  # a buffer first, the tied weight twice
         "steps",
         "embed.weight",
         "hidden.weight",
@@ -469,13 +537,10 @@ def test_optimizer_values_follow_names_ties_buffers_and_fp16_master_copies():
         "out.weight",
         "out.bias",
     ]
-    for p in model.parameters():  # the live model moved on
-        torch.nn.init.constant_(p, -1.0)
     expected = [torch.full_like(p, float(i + 1)) for i, p in enumerate(model.parameters())]
 
     optimizer = build_optimizer(Namespace(**SGD_ARGS), list(model.parameters()))
-    trainer = FakeTrainer(None, model, ".")
-    assert same(fairseq_compat.optimizer_values(trainer, optimizer, saved), expected)
+    assert same(fairseq_compat.optimizer_values(optimizer, loaded, wanted), expected)
 
     half = list(model.half().parameters())
     args = Namespace(**SGD_ARGS)
@@ -489,20 +554,32 @@ def test_optimizer_values_follow_names_ties_buffers_and_fp16_master_copies():
     cfg = SimpleNamespace(optimizer=args, common=common)
     master = FP16Optimizer.build_fp32_params(args, half, flatten=False)
     fp16 = FP16Optimizer(cfg, half, build_optimizer(args, master), master)
-    values = fairseq_compat.optimizer_values(trainer, fp16, saved)
+    values = fairseq_compat.optimizer_values(fp16, loaded, wanted)
     assert same(values, expected) and values[0].dtype == torch.float32
     # the flat master copy of --fp16 on a GPU: one tensor per device, parameters back to back
     flat = {None: torch.nn.Parameter(torch.cat([p.detach().float().reshape(-1) for p in half]))}
     fp16 = FP16Optimizer(cfg, half, build_optimizer(args, [flat]), flat)
-    (values,) = fairseq_compat.optimizer_values(trainer, fp16, saved)
+    (values,) = fairseq_compat.optimizer_values(fp16, loaded, wanted)
     assert torch.equal(values, torch.cat([e.reshape(-1) for e in expected]))
 
-    saved["model"]["hidden.bias"] = torch.zeros(4)
+    other = {"model": {**loaded["model"], "out.bias": torch.zeros(5)}}  # not what was loaded
+    with pytest.raises(ValueError, match="a parameter holds values that the checkpoint loaded"):
+        fairseq_compat.optimizer_values(optimizer, other, wanted)
+
+    # the buffer holds hidden.bias's values where the model was loaded from: it says nothing
+    # if the two agree in the checkpoint read, else which is hidden.bias is unknown
+    loaded["model"]["steps"] = loaded["model"]["hidden.bias"].clone()
+    with pytest.raises(ValueError, match="steps and hidden.bias are equal in the checkpoint "):
+        fairseq_compat.optimizer_values(optimizer, loaded, wanted)
+    wanted["model"]["steps"] = wanted["model"]["hidden.bias"].clone()
+    assert same(fairseq_compat.optimizer_values(optimizer, loaded, wanted), expected)
+
+    wanted["model"]["hidden.bias"] = torch.zeros(4)
     with pytest.raises(ValueError, match=r"hidden.bias is \[4\], the model's \[3\]"):
-        fairseq_compat.optimizer_values(trainer, optimizer, saved)
-    del saved["model"]["hidden.bias"]
+        fairseq_compat.optimizer_values(optimizer, loaded, wanted)
+    del wanted["model"]["hidden.bias"]
     with pytest.raises(ValueError, match="no model parameter hidden.bias"):
-        fairseq_compat.optimizer_values(trainer, optimizer, saved)
+        fairseq_compat.optimizer_values(optimizer, loaded, wanted)
 
 
 # ---------------------------------------------------------------------------- slow tier
@@ -604,9 +681,19 @@ def test_fairseq_train_resumed_restores_checkpoint_best_as_an_uninterrupted_run(
         load(parts / "checkpoint_last.pt")["model"], load(parts / "checkpoint_best.pt")["model"]
     )
 
-    # the same from the checkpoints of the previous version of the scheduler (state version 2)
-    old = tmp_path / "version-2"
+    # the same from the checkpoints of the previous version of the scheduler (state version 2),
+    # written on a machine that may round differently (another CPU's kernels): the run to match
+    # resumes from this version's checkpoints of the interruption holding that machine's models
+    old, this = tmp_path / "version-2", tmp_path / "version-3"
     shutil.copytree(os.path.join(VERSION_2, "fairseq-train"), old)
+    shutil.copytree(interrupted, this)
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+        state = torch.load(this / name, weights_only=True)
+        torch.save(
+            {**state, "model": torch.load(old / name, weights_only=True)["model"]}, this / name
+        )
+    log = run(ptb_tiny_bin, this, caplog, "--max-epoch", 4)
+    assert decisions(log) == [("3", "1", ""), ("4", "2", "")]
     assert load(old / "checkpoint_last.pt")["optimizer_history"][-1]["lr_scheduler_state"] == {
         **load(old / "checkpoint_last.pt")["optimizer_history"][-1]["lr_scheduler_state"],
         "version": 2,
@@ -617,7 +704,7 @@ def test_fairseq_train_resumed_restores_checkpoint_best_as_an_uninterrupted_run(
     assert "replaying it from the validation value saved with it, 4.5" in log
     assert decisions(log) == [("3", "1", ""), ("4", "2", "")]
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
-        assert equal_models(load(whole / name)["model"], load(old / name)["model"]), name
+        assert equal_models(load(this / name)["model"], load(old / name)["model"]), name
 
     # the same resume without checkpoint_best.pt, or with another point's, stops before training
     for kind in ("missing", "another point"):

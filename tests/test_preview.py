@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, PTB_SLICES, build_task, cli, lm_train_argv, one_line
+from conftest import PTB_SLICES, build_task, cli, lm_train_argv, mt_train_argv, one_line
 from oracle import EOS, Oracle, read_ptb_words
 
 from fairseq_noising.cli import preview
@@ -139,7 +139,7 @@ def test_lm_jsonl_has_one_object_per_example(lm_run, lm_task):
     _, _, records, _ = lm_run
     n = len(lm_task.dataset("train"))
     # the training text's words and one </s> per line, cut into blocks of 35 tokens
-    lines = (ptb_text_of(lm_task) / "train.txt").read_text(encoding="utf-8").splitlines()
+    lines = (ptb_text_of(lm_task) / "ptb.train.txt").read_text(encoding="utf-8").splitlines()
     assert len(lines) == PTB_SLICES["small"]["train"]
     assert n == math.ceil(sum(len(line.split()) + 1 for line in lines) / 35) > 1000
     assert [r["id"] for r in records] == list(range(n))
@@ -200,7 +200,7 @@ def test_lm_changes_only_at_fired_positions_and_kn_targets_follow(lm_run, lm_tas
 @pytest.mark.slow
 def test_lm_summary_matches_expected_gamma(lm_run, lm_task):
     summary, text, records, _ = lm_run
-    oracle = Oracle.from_stream(read_ptb_words(Path(ptb_text_of(lm_task)) / "train.txt"))
+    oracle = Oracle.from_stream(read_ptb_words(Path(ptb_text_of(lm_task)) / "ptb.train.txt"))
     words = [EOS if t == "</s>" else t for r in records for t in r["input"]]
     tokens = np.array(words, dtype=object)
     # mean gamma over the context positions
@@ -230,7 +230,7 @@ def test_lm_preview_noises_eos_contexts_at_the_oracles_rate(ptb, lm_run):
     authors' procedure on the same raw lines) predicts, gamma(</s>) (1 - q(</s>)), and it is
     drawn as a replacement and replaced as a target."""
     summary, text, records, _ = lm_run
-    oracle = Oracle.from_stream(read_ptb_words(Path(ptb).parent / "raw" / "train.txt"))
+    oracle = Oracle.from_stream(read_ptb_words(Path(ptb).parent / "raw" / "ptb.train.txt"))
     rate = oracle.gamma("kn", GAMMA, EOS) * (1 - oracle.proposal("kn")[EOS])
     pairs = [(a, b) for r in records for a, b in zip(r["input"], r["input_noised"]) if a == "</s>"]
     changed = sum(a != b for a, b in pairs)
@@ -280,27 +280,7 @@ def mt_runs(multi30k, tmp_path_factory):
 @pytest.mark.slow
 def test_translation_jsonl_is_what_training_collates(mt_runs, multi30k):
     (summary, text, records), _ = mt_runs
-    task, _ = build_task(
-        [
-            multi30k,
-            "--user-dir",
-            PLUGIN_DIR,
-            "--task",
-            "noised_translation",
-            "--arch",
-            "lstm",
-            "--noise-scheme",
-            "kn",
-            "--noise-gamma",
-            0.3,
-            "--seed",
-            SEED,
-            "-s",
-            "en",
-            "-t",
-            "de",
-        ]
-    )
+    task, _ = build_task(mt_train_argv(multi30k, "--seed", SEED, scheme="kn", gamma=0.3))
     task.load_dataset("train")
     wrapper = task.dataset("train")
     wrapper.set_epoch(EPOCH)

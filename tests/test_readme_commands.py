@@ -9,7 +9,9 @@ under the README's own file names (``ptb.train.txt``, ``train.en``, ...), so the
 training commands read, and its evaluation commands find the checkpoints in the save dirs its
 training commands name. Only ``--user-dir fairseq_noising`` (relative to the repository root) is
 pointed at the plugin, and the runs are shrunk by APPENDING flags (the last occurrence of a flag
-wins): a few updates of a 16-unit model on CPU.
+wins): a few updates of a 16-unit model on CPU. The perplexity fairseq-eval-lm prints and the BLEU
+fairseq-generate prints are checked against tests/score_kit.py's (the checkpoint's perplexity on
+that split, sacrebleu of the printed hypotheses and references).
 
 A README command stops working (a renamed flag, a flag the scheduler refuses, a checkpoint path
 that the training command no longer writes) and ``test_readme_commands_run`` fails naming it;
@@ -28,7 +30,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_DIR, REPO, head_lines, require_shared, run_cli
+from conftest import PLUGIN_DIR, REPO, head_lines, prepare_ptb, require_shared, run_cli
+from score_kit import block_perplexity, generate_bleu, printed_perplexity, stateful_perplexity
 
 README = REPO / "README.md"
 VENV = str(Path(sys.executable).parent.parent)
@@ -57,14 +60,15 @@ OVERRIDES = {
     "fairseq-noise-preview": [],
     "fairseq-hydra-train": [
         f"common.user_dir={PLUGIN_DIR}",
-        "model.hidden_size=16",
+        "++model.hidden_size=16",
         "optimization.max_epoch=1",
         "optimization.max_update=3",
         "hydra/launcher=basic",
         "task={noise_scheme:kn,noise_gamma:0.2}",  # one row
     ],
 }
-# what a successful run of the program prints (stdout or stderr)
+# what a successful run of the program prints (stdout or stderr); the scores of fairseq-eval-lm
+# and fairseq-generate are checked too (check_score)
 EXPECT = {
     "fairseq-eval-lm": "Perplexity",
     "fairseq-generate": "BLEU",
@@ -135,9 +139,7 @@ def training_command(commands, task):
 
 def tiny_raw_data(cwd: Path):
     """Tiny slices of PTB and Multi30k under the file names of the README's preprocess commands."""
-    ptb = require_shared("ptb")
-    for split, n in (("train", 200), ("valid", 20), ("test", 20)):
-        head_lines(ptb / f"ptb.{split}.txt", cwd / f"ptb.{split}.txt", n)
+    prepare_ptb.head(require_shared("ptb"), cwd, {"train": 200, "valid": 20, "test": 20})
     m30k = require_shared("multi30k")
     for split, src, n in (("train", "train", 200), ("valid", "val", 20), ("test", "test", 20)):
         for lang in ("en", "de"):
@@ -183,8 +185,30 @@ def run_readme(text, cwd: Path):
         assert expected is None or expected in output, (
             f"README command printed no {expected!r}: {shlex.join(args)}\n{output[-3000:]}"
         )
+        check_score(cmd, output, cwd)
         timings.append((shlex.join(args[:2]), time.perf_counter() - start))
     return timings
+
+
+def check_score(cmd, output, cwd: Path):
+    """The perplexity fairseq-eval-lm printed is its checkpoint's on that split, and the BLEU
+    fairseq-generate printed is sacrebleu's of the hypotheses and references it printed, both
+    computed here (tests/score_kit.py)."""
+    flags = flag_values(cmd)
+    if cmd[0] == "fairseq-eval-lm":
+        data, checkpoint = cwd / cmd[1], cwd / flags["--path"]
+        subset = flags.get("--gen-subset", "test")
+        if "--stateful-bptt" in flags:
+            assert flags.get("--batch-size") == "1", "score_kit reads a stateful split in one row"
+            expected = stateful_perplexity(checkpoint, data, subset)
+        else:
+            expected = block_perplexity(checkpoint, data, subset, int(flags["--tokens-per-sample"]))
+        assert printed_perplexity(output) == pytest.approx(expected, rel=1e-5, abs=0.006), cmd
+    elif cmd[0] == "fairseq-generate" and flags.get("--scoring") == "sacrebleu":
+        printed, expected = generate_bleu(
+            output, flags.get("--gen-subset", "test"), flags["--beam"]
+        )
+        assert printed == expected, cmd
 
 
 # ---------------------------------------------------------------- tests
@@ -198,6 +222,21 @@ def test_readme_has_the_commands_this_test_runs():
     assert progs.count("fairseq-train") >= 2
     # optional parts were dropped, continuations joined
     assert not any("[" in a or "]" in a or a == "\\" for c in commands for a in c)
+
+
+def test_the_readme_says_how_its_commands_are_run():
+    """Set-up leaves the commands in .venv unactivated: the README says how before its first
+    sweep or page command; its SLURM sweep has a CPU form beside the GPU one; and it says what
+    submitit's sacct warnings mean on a cluster without accounting."""
+    text = README.read_text(encoding="utf-8")
+    activate = text.find("source .venv/bin/activate")
+    found = [text.find(f"{prog} ") for prog in ("fairseq-hydra-train", "fairseq-noise-page")]
+    assert 0 <= activate < min(i for i in found if i >= 0)
+    slurm = [c for c in readme_commands(text) if "hydra/launcher=submitit_slurm" in c]
+    cpu = [c for c in slurm if not any("gpus_per_node" in a for a in c)]
+    assert cpu and any(a.startswith("hydra.launcher.cpus_per_task=") for a in cpu[0])
+    assert "common.cpu=true" in cpu[0]
+    assert "Bypassing sacct error" in text
 
 
 def test_translation_command_trains_with_the_recipes_loss():

@@ -1,16 +1,23 @@
 """The recipe scripts (recipes/*.sh): data preparation, one sweep, the page, on slices of the real
 data; and the one line with which each refuses a setting before anything runs."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import CLI_ENV, REPO, head_lines, require_shared
+import sacrebleu
+from conftest import CLI_ENV, PTB_SLICES, REPO, head_lines, prepare_ptb, require_shared
+from score_kit import stateful_perplexity
 
 VENV = str(Path(sys.executable).parent.parent)  # the environment running the tests
-TINY = ["model.hidden_size=16", "optimization.max_epoch=1", "optimization.max_update=5"]
+TINY = ["++model.hidden_size=16", "optimization.max_epoch=1", "optimization.max_update=5"]
+
+
+def row_of(run_dir):
+    from fairseq_noising.sweep import record
+
+    return record.read(str(run_dir))
 
 
 def recipe(name, *args, env=None, timeout=900):
@@ -46,6 +53,12 @@ def recipe(name, *args, env=None, timeout=900):
             {"PTB_DIR": "{ptb}", "TIME_BUDGET": "25m"},
             "quickstart.sh: TIME_BUDGET must be hours (e.g. 0.5) above EVAL_RESERVE, got '25m'",
         ),
+        (  # a sweep that never started ends with its own line, not the page writer's
+            "quickstart.sh",
+            [],
+            {"PTB_DIR": "{ptb}", "MPS": "1"},
+            "quickstart.sh: MPS=1 needs a CUDA device (MPS shares one GPU), got device cpu",
+        ),
         (
             "quickstart.sh",
             [],
@@ -74,19 +87,22 @@ def test_every_recipe_has_help():
 
 @pytest.mark.slow
 def test_the_quickstart_trains_both_rows_and_writes_the_page(tmp_path):
-    ptb = tmp_path / "ptb"
-    ptb.mkdir()
-    for split, n in (("train", 300), ("valid", 20), ("test", 7)):
-        head_lines(require_shared("ptb") / f"ptb.{split}.txt", ptb / f"ptb.{split}.txt", n)
+    ptb = prepare_ptb.head(require_shared("ptb"), tmp_path / "ptb", PTB_SLICES["tiny"])
     work = tmp_path / "work"
     proc = recipe("quickstart.sh", *TINY, env={"PTB_DIR": str(ptb), "WORK": str(work)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = (work / "results.md").read_text()
-    assert "Quick start" in page and (work / "results-curves.png").is_file()
-    for name in ("none-g0", "kn-g0.2"):
-        record = json.loads((work / name / "row.json").read_text())
-        assert record["status"] == "ended" and record["evaluation"]["test_ppl"] > 1
+    # a slice of PTB is not the table's data: the page says what it trained on
+    assert page.startswith("# quickstart on ") and "Quick start" not in page
+    assert (work / "results-curves.png").is_file()
+    for name in ("none-g0-s1", "kn-g0.2-s1"):
+        record = row_of(work / name)
+        assert record["status"] == "ended"
         assert record["config"]["model"]["_name"] == "noising_lstm_lm_small"  # the CPU default
+        # the best checkpoint's test perplexity, every token with its whole left context
+        best = work / name / "checkpoint_best.pt"
+        expected = stateful_perplexity(best, work / "data-bin", "test")
+        assert record["evaluation"]["test_ppl"] == pytest.approx(expected, rel=1e-5, abs=0.006)
     # run again: the data is not prepared twice, each row resumes and keeps its evaluation
     again = recipe("quickstart.sh", *TINY, env={"PTB_DIR": str(ptb), "WORK": str(work)})
     assert again.returncode == 0 and "fairseq-preprocess" not in again.stdout + again.stderr
@@ -94,22 +110,37 @@ def test_the_quickstart_trains_both_rows_and_writes_the_page(tmp_path):
 
 @pytest.mark.slow
 def test_the_multi30k_recipe_scores_bleu_against_the_raw_references(tmp_path):
+    """The rows train on the 20 pairs they are tested on (train, valid and test are the first 20
+    training pairs), long enough to learn them, so that BLEU is well above 0 and a hypothesis
+    scored against another sentence's reference, or the wrong reference file, shows."""
     m30k = tmp_path / "m30k"
     m30k.mkdir()
-    for split, n in (("train", 300), ("val", 20), ("test", 20)):
+    for split in ("train", "val", "test"):
         for lang in ("en", "de"):
-            head_lines(require_shared("multi30k") / f"{split}.{lang}", m30k / f"{split}.{lang}", n)
+            head_lines(require_shared("multi30k") / f"train.{lang}", m30k / f"{split}.{lang}", 20)
     work, results = tmp_path / "work", tmp_path / "results"
     rows = "task={noise_scheme:none,noise_side:both,noise_gamma:0},{noise_scheme:kn,noise_side:target,noise_gamma:0.2}"
     env = {"MULTI30K_DIR": str(m30k), "WORK": str(work), "RESULTS_DIR": str(results)}
-    gen = "hydra.callbacks.row.generate_args=[--max-len-b,5]"
-    proc = recipe("multi30k.sh", *TINY, rows, gen, env={**env, "CONFIG": "multi30k_cpu"})
+    learn = ["++model.hidden_size=32", "optimization.max_epoch=200", "optimization.lr=[0.01]"]
+    learn += ["checkpoint.patience=-1", "optim=mt_adam"]  # Adam: 20 pairs by heart, quickly
+    proc = recipe("multi30k.sh", *learn, rows, env={**env, "CONFIG": "multi30k_cpu"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (work / "raw" / "test.de").read_text() == (m30k / "test.de").read_text().rstrip(
-        "\n"
-    ) + "\n"
-    record = json.loads((work / "multi30k_cpu" / "kn-target-g0.2" / "row.json").read_text())
-    assert record["key"] == "kn:target" and "bleu" in record["evaluation"]
-    assert record["evaluation"]["bleu"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    references = (m30k / "test.de").read_text().rstrip("\n").split("\n")
+    assert (work / "raw" / "test.de").read_text().split("\n")[:-1] == references
+    bleu = {}
+    for name, key in (("none-both-g0-s1", "none"), ("kn-target-g0.2-s1", "kn:target")):
+        run_dir = work / "multi30k_cpu" / name
+        record = row_of(run_dir)
+        assert record["key"] == key
+        # the row's BLEU is sacrebleu's, called here, of its detokenized hypotheses (one a test
+        # sentence) against the raw references
+        hypotheses = (run_dir / "test.detok").read_text().split("\n")[:-1]
+        assert len(hypotheses) == len(references) == 20
+        expected = sacrebleu.corpus_bleu(hypotheses, [references])
+        bleu[key] = record["evaluation"]["bleu"]["score"]
+        assert bleu[key] == pytest.approx(expected.score, abs=1e-9)
+        signature = record["evaluation"]["bleu"]["signature"]
+        assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert bleu["none"] > 10  # learned by heart: the comparison above is not 0 against 0
     page = (results / "multi30k-cpu.md").read_text()
     assert "bigram Kneser-Ney, target only" in page and "sacrebleu signatures" in page

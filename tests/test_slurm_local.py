@@ -1,4 +1,4 @@
-"""recipes/slurm_local.sh: a one-node SLURM cluster on this machine that runs srun and submitit
+"""tools/slurm_local.sh: a one-node SLURM cluster on this machine that runs srun and submitit
 jobs (the fixture is tests/slurm_kit.py's), and its one-line errors."""
 
 import socket

@@ -44,7 +44,7 @@ def stream_of(tiny, split):
     (and one </s> per line) looked up in the dictionary, checked against the binarized split as
     fairseq reads it."""
     dictionary = Dictionary.load(str(tiny["bin"] / "dict.txt"))
-    with open(tiny["raw"] / f"{split}.txt", encoding="utf-8") as f:
+    with open(tiny["raw"] / f"ptb.{split}.txt", encoding="utf-8") as f:
         lines = f.read().splitlines()
     expected = [dictionary.index(w) for line in lines for w in line.split() + ["</s>"]]
     binarized = data_utils.load_indexed_dataset(str(tiny["bin"] / split), dictionary)

@@ -1,15 +1,13 @@
-"""A sweep's results page (fairseq_noising/sweep/page.py) and the row records it reads
-(sweep/record.py), on sweep folders written here by hand: each row's ``row.json`` as the sweep's
-callback writes it and, for a row still training, a few lines of fairseq-hydra-train's log.
+"""A sweep's results page (fairseq_noising/sweep/page.py) from rows written here by hand, as
+:func:`fairseq_noising.sweep.record.read` gives them (tests/test_sweep_rows.py tests that).
 
-Oracles: the cells worked out by hand in this file from those records (gamma_0 the lowest
-evaluated validation perplexity among a row key's ended rows, the first of equals; the paper's row
-order and figures as paper.py's source lists them; the share of an epoch from the log's last
-train_inner line), the same sweep's page without a failed row, and the logs as written here. The
-page's Markdown tables are read back cell by cell.
+Oracles: the cells worked out by hand in this file from those rows (gamma_0 the lowest mean
+evaluated validation perplexity among a row key's ended rows, the first of equals; the paper's
+row order as the scheme registry lists it, its figures as the table's options here give them),
+the same sweep's page without a failed row, and the logs as written here. The page's Markdown
+tables are read back cell by cell.
 """
 
-import json
 import os
 import re
 from collections import namedtuple
@@ -19,133 +17,154 @@ from types import SimpleNamespace
 import pytest
 
 from fairseq_noising import analysis
-from fairseq_noising.sweep import page, record
+from fairseq_noising.sweep import page, record, tables
 
 STARTED, ENDED = "2026-11-25 01:53:48 UTC", "2026-11-25 02:53:48 UTC"
 SPLITS = ("valid", "test")
 OOM = "RuntimeError: CUDA out of memory"
 SIG = "nrefs:1|case:mixed|eff:no|tok:{}|smooth:exp|version:2.6.0"  # sacrebleu's, as recorded
-
-# fairseq-hydra-train's log of kn gamma_0 0.4 (lines of /tmp/sw1's): epochs 1 and 2 validated
-# (ppl 95, then 90), 10 of epoch 3's 40 updates done
-KN_LOG = """\
-[2026-11-25 01:53:48,992][fairseq.utils][INFO] - --user-dir=/work/main/fairseq_noising has already been imported.
-[2026-11-25 01:53:49,006][fairseq_cli.train][INFO] - {'_name': None, 'common': {'_name': None, 'log_format': 'simple', 'seed': 1}, 'task': {'_name': 'noised_language_modeling', 'noise_scheme': 'kn', 'noise_gamma': 0.4}}
-[2026-11-25 01:53:50,255][fairseq.trainer][INFO] - begin training epoch 1
-[2026-11-25 01:53:53,524][valid][INFO] - epoch 001 | valid on 'valid' subset | loss 367.827 | nll_loss 6.57 | ppl 95 | wps 47570.7 | wpb 695.8 | bsz 20 | num_updates 40
-[2026-11-25 01:53:53,540][fairseq_cli.train][INFO] - end of epoch 1 (average epoch stats below)
-[2026-11-25 01:53:53,540][train][INFO] - epoch 001 | loss 399.367 | nll_loss 11.41 | ppl 2722.07 | wps 4518.9 | ups 6.46 | wpb 700 | bsz 20 | num_updates 40 | lr 1 | gnorm 16.486 | clip 90 | train_wall 2 | wall 4
-[2026-11-25 01:53:53,541][fairseq.trainer][INFO] - begin training epoch 2
-[2026-11-25 01:53:57,524][valid][INFO] - epoch 002 | valid on 'valid' subset | loss 360.2 | nll_loss 6.492 | ppl 90 | wps 47570.7 | wpb 695.8 | bsz 20 | num_updates 80
-[2026-11-25 01:53:57,540][train][INFO] - epoch 002 | loss 390.1 | nll_loss 6.91 | ppl 120.5 | wps 4518.9 | ups 6.46 | wpb 700 | bsz 20 | num_updates 80 | lr 1 | gnorm 2.4 | clip 20 | train_wall 2 | wall 8
-[2026-11-25 01:53:57,541][fairseq.trainer][INFO] - begin training epoch 3
-[2026-11-25 01:53:59,100][train_inner][INFO] - epoch 003:     10 / 40 loss=6.4, ppl=84.45, wps=4600, ups=6.5, wpb=700, bsz=20, num_updates=90, lr=1, gnorm=1.9, clip=0, train_wall=1, wall=10
-"""
-# what record.training makes of KN_LOG, worked out from its lines
-KN_LOG_TRAINING = {
-    "epochs": 2,
-    "epochs_done": 2.25,
-    "valid_ppl": {"1": 95.0, "2": 90.0},
-    "train_ppl": {"1": 2722.07, "2": 120.5},
-    "halvings": 0,
-    "max_halvings": 8,
-    "lr": 1.0,
-    "stop": None,
-    "wall_seconds": 8.0,
-    "gpu": None,
+PTB_LINES = 42068  # PTB's training sentences, as the table names its data
+# the tables' options as a row's .hydra/hydra.yaml holds them (recipes/config)
+PTB_MEDIUM = {
+    "title": "Penn Treebank, medium model (paper Table 2)",
+    "note": "The paper's rows: none = dropout only.",
+    "data": {"name": "Penn Treebank (Mikolov's split)", "train_sentences": PTB_LINES},
+    "paper": {
+        "none": [84.3, 80.4],
+        "blank": [82.7, 78.8],
+        "unigram": [83.1, 80.1],
+        "kn": [79.9, 76.9],
+    },
+}
+IWSLT_TABLE_4 = {
+    "none": [8.84, 24.6],
+    "blank": [8.28, 25.3],
+    "unigram": [8.15, 25.5],
+    "kn": [7.92, 26.0],
+    "kn:source": [8.74, 24.8],
+    "kn:target": [8.14, 25.6],
+}
+MULTI30K = {
+    "title": "Multi30k En-De, the paper's LSTM",
+    "note": "The paper's columns are its IWSLT'15 En-De figures (Table 4), another corpus.",
+    "data": {"name": "Multi30k", "train_sentences": 29000},
+    "paper": IWSLT_TABLE_4,
 }
 
 
-def make_record(key, gamma, status="ended", evaluation=None, error=None, translation=False, **got):
-    """A row's record as the callback writes it: an LM row of ptb-medium (paper_halving, 8
+def make_row(
+    key, gamma, status="ended", evaluation=None, error=None, translation=False, seed=1, **got
+):
+    """A row as :func:`record.read` gives it: an LM row of ptb_medium (paper_halving, 8
     halvings, all done) or a translation row of multi30k (fixed rate, stopped by patience);
     ``got``: fields of its ``training`` (how far it got) other than those."""
     scheme, _, side = key.partition(":")
-    task = {"_name": "noised_language_modeling", "data": "/data/ptb-bin", "noise_scheme": scheme}
+    task = {"_name": "noised_language_modeling", "data": "data-bin/ptb", "noise_scheme": scheme}
     scheduler = {"_name": "paper_halving", "halvings": 8, "halving_threshold": None}
     if translation:
-        task.update(_name="noised_translation", data="/data/m30k-bin", noise_side=side or "both")
+        task.update(_name="noised_translation", data="data-bin/m30k", noise_side=side or "both")
         scheduler = {"_name": "fixed"}
     task["noise_gamma"] = gamma
     halvings = None if translation else 8
     training = dict(epochs=6, epochs_done=6.0, valid_ppl={}, train_ppl={}, halvings=halvings)
-    training.update(max_halvings=halvings, lr=0.00390625)
-    training.update(stop="patience" if translation else "halvings", wall_seconds=600.0, gpu=None)
+    training.update(max_halvings=halvings, lr=0.00390625, resume_at="the end of epoch 6")
+    training.update(stop="patience" if translation else "halvings", wall_seconds=600.0)
     training.update(got)
+    seen = list(training["valid_ppl"].values())
+    training.setdefault("last_valid_ppl", seen[-1] if seen else None)
     config_name = "multi30k" if translation else "ptb_medium"
     override = f"task={{noise_scheme:{scheme},noise_side:{side or 'both'},noise_gamma:{gamma:g}}}"
-    rec = {
-        "format": 1,
-        "table": "multi30k" if translation else "ptb-medium",
+    name = f"{scheme}-{side or 'both'}-g{gamma:g}" if translation else f"{scheme}-g{gamma:g}"
+    name += f"-s{seed}" if seed != 1 else ""
+    row = {
+        "name": name,
+        "run_dir": f"/runs/{name}",
+        "format": 2,
         "config_name": config_name,
-        "overrides": [override],
+        "config_dir": "/repo/recipes/config",
+        "cwd": "/repo",
+        "table": MULTI30K if translation else PTB_MEDIUM,
         "command": f"fairseq-hydra-train -m --config-name {config_name} '{override}'",
         "key": key,
         "gamma": float(gamma),
+        "seed": seed,
         "status": status,
         "started": STARTED,
+        "process": {"host": "h", "pid": 1, "cpus": 2},
+        "gpu": None,
         "training": training,
         "config": {
             "task": task,
+            "common": {"seed": seed},
             "optimization": {"max_epoch": 40, "stop_time_hours": 0.0 if translation else 2.0},
             "lr_scheduler": scheduler,
-            "checkpoint": {"save_dir": f"/runs/{key}-g{gamma:g}", "patience": 3},
+            "checkpoint": {"patience": 3},
         },
     }
     if status != "training":
-        rec["ended"] = ENDED
+        row["ended"] = ENDED
     if evaluation is not None:
-        rec["evaluation"] = evaluation
+        row["evaluation"] = evaluation
     if error is not None:
-        rec["error"] = error
-    return rec
+        row["error"] = error
+    return row
 
 
-def ended_lm(key, gamma, valid, test, fairseq_valid):
+def ended_lm(key, gamma, valid, test, fairseq_valid, seed=1):
     """An LM row that ended: evaluated valid and test perplexity, fairseq's last validation."""
-    commands = [f"fairseq-eval-lm /data/ptb-bin --gen-subset {s} > {s}.eval.log" for s in SPLITS]
+    commands = [f"fairseq-eval-lm data-bin/ptb --gen-subset {s}" for s in SPLITS]
     evaluation = {"commands": commands, "valid_ppl": valid, "test_ppl": test}
     curves = dict(valid_ppl={"5": fairseq_valid + 3, "6": fairseq_valid}, train_ppl={"6": 80.0})
-    return make_record(key, gamma, evaluation=evaluation, **curves)
+    return make_row(key, gamma, evaluation=evaluation, seed=seed, **curves)
 
 
 def ended_mt(key, gamma, valid, bleu, tok_bleu=None):
-    evaluation = {"commands": ["fairseq-validate /data/m30k-bin > valid.eval.log"]}
+    evaluation = {"commands": ["fairseq-validate data-bin/m30k"]}
     evaluation.update(valid_ppl=valid, bleu={"score": bleu, "signature": SIG.format("13a")})
     if tok_bleu is not None:  # only with a tokenized reference
         evaluation["tok_bleu"] = {"score": tok_bleu, "signature": SIG.format("none")}
-    return make_record(key, gamma, evaluation=evaluation, translation=True, valid_ppl={"6": 9.0})
+    return make_row(key, gamma, evaluation=evaluation, translation=True, valid_ppl={"6": 9.0})
 
 
-def write_sweep(root, rows, logs=()):
-    """A sweep folder: a run folder per row with its row.json, and the logs given."""
-    root.mkdir(exist_ok=True)
-    for name, rec in rows.items():
-        (root / name).mkdir()
-        (root / name / "row.json").write_text(json.dumps(rec, indent=1), encoding="utf-8")
-    for name in logs:
-        (root / name / "hydra_train.log").write_text(KN_LOG, encoding="utf-8")
-    return root
+@pytest.fixture
+def sweep_of(tmp_path, monkeypatch):
+    """A sweep folder whose rows are the given rows (record.read_sweep stands in for reading
+    them), its data of ``sentences`` training sentences; returns the page written, read back."""
+
+    def write(rows, sentences=PTB_LINES, logs=(), **kwargs):
+        root = tmp_path / "sweep"
+        root.mkdir(exist_ok=True)
+        rows = [dict(r, run_dir=str(root / r["name"])) for r in rows]
+        for r in rows:
+            os.makedirs(r["run_dir"], exist_ok=True)
+            if r["name"] in logs:
+                Path(r["run_dir"], "hydra_train.log").write_text(f"{r['name']}'s log\n")
+        monkeypatch.setattr(record, "read_sweep", lambda sweep_dir: rows)
+        monkeypatch.setattr(tables, "train_sentences", lambda cfg, cwd: sentences)
+        return read_page(page.write(str(root), **kwargs))
+
+    return write
 
 
 def lm_rows():
     """The LM sweep: fairseq's last validations order the kn and blank rows otherwise than
     their evaluations do; none stopped by the time budget; unigram 0.1 failed; kn 0.4 training."""
-    rows = {
-        "blank-g0.1": ended_lm("blank", 0.1, 100.0, 95.5, 101.0),
-        "blank-g0.2": ended_lm("blank", 0.2, 100.0, 97.25, 99.0),
-        "kn-g0.1": ended_lm("kn", 0.1, 120.0, 116.0, 105.0),
-        "kn-g0.2": ended_lm("kn", 0.2, 110.0, 104.5, 112.0),
-        "kn-g0.3": ended_lm("kn", 0.3, 115.0, 109.0, 118.0),
-        "kn-g0.4": make_record("kn", 0.4, "training", epochs=0, epochs_done=0.0, halvings=0),
-        "none-g0": ended_lm("none", 0, 130.0, 126.0, 131.0),
-        "unigram-g0.1": make_record(
-            "unigram", 0.1, "failed", error=OOM, valid_ppl={"1": 80.0}, stop=None
+    none = ended_lm("none", 0, 130.0, 126.0, 131.0)
+    none["training"].update(stop="time", epochs=5, epochs_done=5.5, halvings=2, lr=0.25)
+    return [
+        ended_lm("blank", 0.1, 100.0, 95.5, 101.0),
+        ended_lm("blank", 0.2, 100.0, 97.25, 99.0),
+        ended_lm("kn", 0.1, 120.0, 116.0, 105.0),
+        ended_lm("kn", 0.2, 110.0, 104.5, 112.0),
+        ended_lm("kn", 0.3, 115.0, 109.0, 118.0),
+        make_row(
+            "kn", 0.4, "training", epochs=2, epochs_done=2.25, halvings=0, lr=1.0,
+            valid_ppl={"1": 95.0, "2": 90.0}, stop=None,
         ),
-        "unigram-g0.2": ended_lm("unigram", 0.2, 105.0, 101.0, 106.0),
-    }
-    rows["none-g0"]["training"].update(stop="time", epochs=5, epochs_done=5.5, halvings=2, lr=0.25)
-    return rows
+        none,
+        make_row("unigram", 0.1, "failed", error=OOM, valid_ppl={"1": 80.0}, stop=None),
+        ended_lm("unigram", 0.2, 105.0, 101.0, 106.0),
+    ]  # fmt: skip
 
 
 LM_HEADER = ["Noising scheme", "gamma_0", "Validation", "Test", "Paper validation", "Paper test"]
@@ -196,9 +215,8 @@ def drawn(monkeypatch):
 
 
 @pytest.fixture
-def lm_page(tmp_path):
-    sweep = write_sweep(tmp_path / "sweep", lm_rows(), logs=["kn-g0.4"])
-    return read_page(page.write(str(sweep)))
+def lm_page(sweep_of):
+    return sweep_of(lm_rows(), logs=["kn-g0.4"])
 
 
 def test_gamma0_is_the_lowest_evaluated_validation_of_ended_rows(lm_page, drawn):
@@ -215,25 +233,47 @@ def test_gamma0_is_the_lowest_evaluated_validation_of_ended_rows(lm_page, drawn)
 def test_rows_in_the_papers_order_with_the_registry_labels(lm_page):
     assert [r[0] for r in lm_page.main[1:]] == ["none", "blank", "unigram", "bigram Kneser-Ney"]
     assert [r[0] for r in lm_page.every[1:]] == [
-        "none-g0",
         "blank-g0.1",
         "blank-g0.2",
-        "unigram-g0.1",
-        "unigram-g0.2",
         "kn-g0.1",
         "kn-g0.2",
         "kn-g0.3",
         "kn-g0.4",
+        "none-g0",
+        "unigram-g0.1",
+        "unigram-g0.2",
     ]
 
 
 def test_a_row_still_training_shows_fairseqs_validation_and_where_it_is(lm_page):
-    assert re.search(r"^\*\*In progress\*\* \([^)]+\): 1 of 9 rows training\.$", lm_page.text, re.M)
-    # fairseq's last validation (epoch 2); 10 / 40 updates of epoch 3, lr=1; no halving yet
+    assert re.search(
+        r"^\*\*In progress\*\* \([^)]+\): of 9 rows, 1 training\.$", lm_page.text, re.M
+    )
+    # fairseq's last validation (epoch 2); a quarter of epoch 3, lr 1; no halving yet
     where = "training, epoch 3 (25% of it), lr 1, 0 of 8 halvings"
-    assert cells(lm_page.every, "kn-g0.4") == ["0.4", "90.00*", "2", "0", "8 s", where]
-    ended = ["0.2", "110.00", "6", "8", "10 min", "end of the protocol (epoch 6)"]
+    assert cells(lm_page.every, "kn-g0.4") == ["0.4", "90.00*", "—", "2", "0", "10 min", where]
+    ended = [
+        "0.2",
+        "110.00",
+        "104.50",
+        "6",
+        "8",
+        "10 min",
+        "end of the protocol (epoch 6, all 8 halvings)",
+    ]
     assert cells(lm_page.every, "kn-g0.2") == ended
+
+
+def test_a_row_whose_process_is_gone_shows_where_it_stopped(sweep_of):
+    stopped = make_row(
+        "kn", 0.4, "stopped", epochs=2, epochs_done=2.25, halvings=0, lr=1.0, stop=None,
+        valid_ppl={"2": 90.0}, resume_at="update 90 inside epoch 3",
+    )  # fmt: skip
+    got = sweep_of([ended_lm("none", 0, 130.0, 126.0, 131.0), stopped])
+    assert re.search(r"^\*\*In progress\*\* \([^)]+\): of 2 rows, 1 stopped\.$", got.text, re.M)
+    how = "stopped: its process is gone (epoch 3 (25% of it), lr 1, 0 of 8 halvings); resumes from update 90 inside epoch 3"
+    assert cells(got.every, "kn-g0.4")[-1] == how
+    assert f"\n    {stopped['command']}\n" in got.text  # the command that resumes it
 
 
 def test_figures_of_rows_short_of_the_protocol_are_marked(lm_page):
@@ -254,38 +294,97 @@ def test_figures_of_rows_short_of_the_protocol_are_marked(lm_page):
     assert "Time budget per row: 2 h." in lm_page.text
 
 
-def test_a_failed_row_is_listed_and_leaves_the_other_rows_alone(tmp_path, lm_page):
+def test_an_epoch_count_is_a_cap_not_the_protocol(sweep_of):
+    capped = ended_mt("none", 0, 10.0, 28.0)
+    capped["training"].update(stop="max_epoch", epochs=10, epochs_done=10.0, halvings=None)
+    got = sweep_of([capped, ended_mt("kn", 0.2, 9.1, 31.25)], sentences=29000)
+    assert cells(got.main, "none")[1:4] == ["10.00†", "28.00†", "—"]
+    assert (
+        cells(got.every, "none-both-g0")[-1]
+        == "capped by --max-epoch, after epoch 10, lr 0.00390625"
+    )
+    assert cells(got.main, "bigram Kneser-Ney")[1:3] == ["9.10", "31.25"]
+
+
+def test_a_failed_row_is_listed_and_leaves_the_other_rows_alone(sweep_of, lm_page):
     assert cells(lm_page.every, "unigram-g0.1")[0] == "0.1"
     assert cells(lm_page.every, "unigram-g0.1")[-1] == f"FAILED ({OOM})"
-    rows = lm_rows()
-    del rows["unigram-g0.1"]
-    without = read_page(page.write(str(write_sweep(tmp_path / "ok", rows, logs=["kn-g0.4"]))))
+    rows = [r for r in lm_rows() if r["name"] != "unigram-g0.1"]
+    without = sweep_of(rows, logs=["kn-g0.4"])
     assert lm_page.main == without.main
     assert [r for r in lm_page.every if r[0] != "unigram-g0.1"] == without.every
 
 
-def test_a_pipe_in_an_error_line_stays_in_its_cell(tmp_path):
+def test_a_row_of_an_unknown_scheme_has_its_line_and_the_others_their_figures(sweep_of):
+    error = "ValidationError: task.noise_scheme: Invalid value 'bogus', expected one of [none, kn]"
+    bogus = make_row("bogus", 0.2, "failed", error=error, epochs=0, valid_ppl={}, stop=None)
+    got = sweep_of([ended_lm("none", 0, 130.0, 126.0, 131.0), bogus])
+    assert cells(got.main, "none")[:3] == ["0", "130.00", "126.00"]
+    assert cells(got.main, "bogus")[:3] == ["—", "—", "—"]
+    assert cells(got.every, "bogus-g0.2")[-1] == f"FAILED ({error})"
+
+
+def test_an_unreadable_row_has_its_line(sweep_of):
+    broken = {"name": "kn-g0.2", "run_dir": "/runs/kn-g0.2", "status": "unreadable"}
+    broken["error"] = "/runs/kn-g0.2/.hydra holds no readable config"
+    got = sweep_of([ended_lm("none", 0, 130.0, 126.0, 131.0), broken])
+    assert cells(got.every, "kn-g0.2")[-1] == f"UNREADABLE ({broken['error']})"
+    assert cells(got.main, "none")[:3] == ["0", "130.00", "126.00"]
+
+
+def test_seeds_are_averaged_and_their_spread_shown(sweep_of):
+    rows = [
+        ended_lm("none", 0, 130.0, 126.0, 131.0),
+        ended_lm("none", 0, 132.0, 129.0, 133.0, seed=2),
+        ended_lm("kn", 0.2, 110.0, 104.5, 112.0),
+        ended_lm("kn", 0.2, 111.0, 105.5, 112.0, seed=2),
+        ended_lm("kn", 0.4, 109.0, 108.0, 112.0),  # better than 0.2's mean (110.5), one seed
+    ]
+    got = sweep_of(rows)
+    assert got.main[0] == [
+        "Noising scheme",
+        "gamma_0",
+        "Validation",
+        "Test",
+        "seeds",
+        "Test spread",
+        "Paper validation",
+        "Paper test",
+    ]
+    assert cells(got.main, "none") == ["0", "131.00", "127.50", "2", "3.00", "84.3", "80.4"]
+    assert cells(got.main, "bigram Kneser-Ney") == [
+        "0.4",
+        "109.00",
+        "108.00",
+        "1",
+        "—",
+        "79.9",
+        "76.9",
+    ]
+    assert cells(got.every, "kn-g0.2-s2")[:5] == ["0.2", "2", "111.00", "105.50", "6"]
+
+
+def test_a_pipe_in_an_error_line_stays_in_its_cell(sweep_of):
     # an evaluation killed by the system: its error ends with fairseq's last line, a log line
     error = (
         "evaluation: fairseq-eval-lm failed (exit -9): 2026-11-25 01:54:10 | INFO | "
-        "fairseq.data.data_utils | loaded 3,370 examples from: /data/ptb-bin/test"
+        "fairseq.data.data_utils | loaded 3,370 examples from: data-bin/ptb/test"
     )
-    rows = {"kn-g0.2": ended_lm("kn", 0.2, 110.0, 104.5, 112.0)}
-    rows["kn-g0.3"] = make_record("kn", 0.3, "failed", error=error)
-    every = read_page(page.write(str(write_sweep(tmp_path, rows)))).every
-    assert cells(every, "kn-g0.3") == ["0.3", "—", "6", "8", "10 min", f"FAILED ({error})"]
+    rows = [ended_lm("kn", 0.2, 110.0, 104.5, 112.0), make_row("kn", 0.3, "failed", error=error)]
+    every = sweep_of(rows).every
+    assert cells(every, "kn-g0.3") == ["0.3", "—", "—", "6", "8", "10 min", f"FAILED ({error})"]
 
 
-def test_translation_page_has_bleu_signatures_and_the_iwslt_figures(tmp_path, drawn):
-    rows = {
-        "0": ended_mt("kn:target", 0.2, 9.5, 30.1, 31.4),
-        "1": ended_mt("kn:source", 0.1, 9.8, 29.0, 30.2),
-        "2": ended_mt("kn", 0.2, 9.1, 31.25),  # no tokenized reference: no tok BLEU
-        "3": ended_mt("none", 0, 10.0, 28.0, 29.5),
-        "4": ended_mt("kn", 0.4, 9.3, 32.0, 33.0),  # the best BLEU, not the best perplexity
-    }
-    got = read_page(page.write(str(write_sweep(tmp_path / "sweep", rows))))
-    header = ["Row", "gamma_0", "Perplexity", "BLEU", "tok BLEU"]
+def test_translation_page_has_bleu_signatures_and_the_iwslt_figures(sweep_of, drawn):
+    rows = [
+        ended_mt("kn:target", 0.2, 9.5, 30.1, 31.4),
+        ended_mt("kn:source", 0.1, 9.8, 29.0, 30.2),
+        ended_mt("kn", 0.2, 9.1, 31.25),  # no tokenized reference: no tok BLEU
+        ended_mt("none", 0, 10.0, 28.0, 29.5),
+        ended_mt("kn", 0.4, 9.3, 32.0, 33.0),  # the best BLEU, not the best perplexity
+    ]
+    got = sweep_of(rows, sentences=29000)
+    header = ["Row", "gamma_0", "Validation", "BLEU", "tok BLEU"]
     # Table 4 of the paper (IWSLT'15): perplexity, BLEU
     assert got.main == [
         header + ["Paper perplexity", "Paper BLEU"],
@@ -299,30 +398,45 @@ def test_translation_page_has_bleu_signatures_and_the_iwslt_figures(tmp_path, dr
     assert got.text.startswith("# Multi30k En-De, the paper's LSTM\n")
     assert "IWSLT'15 En-De figures (Table 4), another corpus" in got.text
     # a fixed learning rate stopped by patience: the protocol's end, no halvings
-    assert [r[4:] for r in got.every[1:]] == [["—", "10 min", "end of the protocol (epoch 6)"]] * 5
+    assert {tuple(r[6:]) for r in got.every[1:]} == {
+        ("—", "10 min", "end of the protocol (epoch 6, patience)")
+    }
     assert "Figure 1" not in got.text and drawn == []
 
 
-def test_read_sweep_reads_only_records_of_its_format(tmp_path):
-    ended, training = ended_lm("kn", 0.2, 110.0, 104.5, 112.0), make_record("kn", 0.4, "training")
-    sweep = write_sweep(tmp_path, {"a": ended, "f": training}, logs=["a", "f"])
-    (sweep / "b").mkdir()  # no row.json
-    for name, text in [("c", '{"format": 1, "key": "kn", "sta'), ("d", "")]:
-        (sweep / name).mkdir()
-        (sweep / name / "row.json").write_text(text)
-    write_sweep(sweep, {"e": dict(ended, format=2)})
-    (sweep / "row.json").write_text(json.dumps(ended))  # a file, not a run folder
-    records = record.read_sweep(str(sweep))
-    assert [r["run_dir"] for r in records] == [str(sweep / "a"), str(sweep / "f")]
-    # an ended row's record stands as written; a training row's is read from its log
-    assert records[0]["training"] == ended["training"]
-    assert records[1]["training"] == KN_LOG_TRAINING
+def test_a_page_for_other_data_names_it_and_leaves_the_paper_out(sweep_of):
+    rows = [ended_lm("none", 0, 130.0, 126.0, 131.0), ended_lm("kn", 0.2, 110.0, 104.5, 112.0)]
+    got = sweep_of(rows, sentences=300)  # not PTB's 42068 training sentences
+    assert got.text.startswith("# ptb_medium on data-bin/ptb\n")
+    assert got.main[0] == ["Noising scheme", "gamma_0", "Validation", "Test"]
+    assert "Penn Treebank" not in got.text and "paper validation" not in got.text.lower()
+    assert "The paper's figures are left out" in got.text and "Data: `data-bin/ptb`." in got.text
+    # asked for: the paper's columns; a title of the user's
+    asked = sweep_of(rows, sentences=300, show_paper=True, title="My corpus, small model")
+    assert asked.text.startswith("# My corpus, small model\n")
+    assert asked.main[0][-2:] == ["Paper validation", "Paper test"]
+    # on the paper's data: the table's title, note and columns
+    own = sweep_of(rows)
+    assert own.text.startswith("# Penn Treebank, medium model (paper Table 2)\n")
+    assert "(Penn Treebank (Mikolov's split))" in own.text and PTB_MEDIUM["note"] in own.text
+    assert own.main[0][-2:] == ["Paper validation", "Paper test"]
 
 
-def test_cli_writes_the_page_and_copies_each_rows_log(tmp_path, capsys):
-    rows = {"kn-g0.2": ended_lm("kn", 0.2, 110.0, 104.5, 112.0)}
-    rows["kn-g0.4"] = make_record("kn", 0.4, "training")
-    sweep = write_sweep(tmp_path / "sweep", rows, logs=list(rows))
+def test_commands_name_no_absolute_path(sweep_of):
+    got = sweep_of([ended_lm("kn", 0.2, 110.0, 104.5, 112.0)])
+    commands = [line[4:] for line in got.text.split("\n") if line.startswith("    ")]
+    assert commands and all(not w.startswith("/") for c in commands for w in c.split())
+
+
+def test_cli_writes_the_page_and_copies_each_rows_log(tmp_path, monkeypatch, capsys):
+    rows = [ended_lm("kn", 0.2, 110.0, 104.5, 112.0), make_row("kn", 0.4, "training", stop=None)]
+    sweep = tmp_path / "sweep"
+    rows = [dict(r, run_dir=str(sweep / r["name"])) for r in rows]
+    for r in rows:
+        os.makedirs(r["run_dir"])
+        Path(r["run_dir"], "hydra_train.log").write_text(f"{r['name']}'s log")
+    monkeypatch.setattr(record, "read_sweep", lambda sweep_dir: rows)
+    monkeypatch.setattr(tables, "train_sentences", lambda cfg, cwd: PTB_LINES)
     logs = tmp_path / "page-logs"
     logs.mkdir()
     (logs / "stale.train.log").write_text("an earlier page's")
@@ -330,11 +444,13 @@ def test_cli_writes_the_page_and_copies_each_rows_log(tmp_path, capsys):
     assert page.main([str(sweep), "--out", str(out)]) == 0
     assert capsys.readouterr().out == f"wrote {out}\n"
     assert sorted(os.listdir(logs)) == ["kn-g0.2.train.log", "kn-g0.4.train.log"]
-    assert all((logs / f).read_text() == KN_LOG for f in os.listdir(logs))
+    assert all(
+        (logs / f).read_text() == f"{f[: -len('.train.log')]}'s log" for f in os.listdir(logs)
+    )
     text = read_page(out).text
     assert text.startswith("# Penn Treebank, medium model (paper Table 2)\n")
     assert "Training logs: [`page-logs/`](page-logs/)." in text
-    commands = [rec["command"] for rec in rows.values()] + rows["kn-g0.2"]["evaluation"]["commands"]
+    commands = [r["command"] for r in rows] + rows[0]["evaluation"]["commands"]
     assert all(f"\n    {c}\n" in text for c in commands)
 
 
@@ -352,24 +468,21 @@ def test_cli_without_records_is_a_usage_error(tmp_path, capsys, make):
 
 
 @pytest.mark.parametrize(
-    "status, stop, halvings, expected",
+    "status, stop, expected",
     [
-        ("ended", "halvings", 8, "protocol"),
-        ("ended", "patience", None, "protocol"),
-        ("ended", "patience", 3, "protocol"),
-        ("ended", None, None, "protocol"),  # --max-epoch, the protocol without paper_halving
-        ("ended", None, 3, "max_epoch"),  # --max-epoch cut paper_halving short
-        ("ended", "time", 2, "time"),
-        ("ended", "time", None, "time"),
-        ("ended", "max_update", None, "max_update"),
-        ("failed", "halvings", 8, "failed"),
-        ("failed", None, None, "failed"),
-        ("training", None, 0, "training"),
+        ("ended", "halvings", "protocol"),
+        ("ended", "patience", "protocol"),
+        ("ended", "max_epoch", "max_epoch"),  # an epoch count is a cap, paper_halving or not
+        ("ended", "time", "time"),
+        ("ended", "max_update", "max_update"),
+        ("ended", None, "ended"),  # no fact shows why (another scheduler's minimum rate)
+        ("failed", "halvings", "failed"),
+        ("stopped", None, "stopped"),
+        ("training", None, "training"),
     ],
 )
-def test_ending(status, stop, halvings, expected):
-    rec = make_record("kn", 0.2, status, stop=stop, halvings=halvings)
-    assert record.ending(rec) == expected
+def test_ending(status, stop, expected):
+    assert record.ending(make_row("kn", 0.2, status, stop=stop)) == expected
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,13 @@
 """Tables as Hydra sweeps (recipes/config, fairseq_noising/sweep): every config builds the model its
-name says, rows run in one process keep their own best checkpoint, and real ``fairseq-hydra-train
--m`` sweeps on PTB slices record, evaluate and page their rows; a failed row leaves the others, a
-killed row resumes; the same sweep runs on a one-node SLURM cluster (tests/slurm_kit.py).
+name says and sweeps exactly its table's rows (which rows on the command line replace), rows run in
+one process keep their own best checkpoint, and real ``fairseq-hydra-train -m`` sweeps on PTB
+slices record, evaluate and page their rows; a failed row leaves the others, a killed row resumes;
+the same sweep runs on a one-node SLURM cluster (tests/slurm_kit.py).
 
-Oracles: the paper's sizes written out here, fairseq's own files (``.hydra/overrides.yaml``, the
-evaluation outputs ``valid.eval.log``, fairseq's "Loaded checkpoint" line), the flag check's line.
+Oracles: the paper's sizes and the tables' rows written out here, Hydra's own sweeper (the jobs it
+makes of a config and a command line), fairseq's own files (``.hydra/overrides.yaml``, the
+evaluation outputs ``valid.eval.log``, fairseq's "Loaded checkpoint" line), the flag check's line,
+the test perplexity computed from the checkpoint (tests/score_kit.py).
 """
 
 import os
@@ -18,6 +21,7 @@ import pytest
 from conftest import CLI_ENV, REPO, cli, lm_train_argv
 from halving_kit import train_in_process
 from omegaconf import OmegaConf
+from score_kit import stateful_perplexity
 from slurm_kit import slurm_cluster  # noqa: F401
 
 CONFIGS = REPO / "recipes" / "config"
@@ -28,16 +32,17 @@ PAPER_SIZES = {
     "noising_lstm_lm_large": (1500, 2, 0.65),
     "noising_lstm_iwslt_en_de": (512, 2, 0.2),
 }
-# each table's config and the model it trains: (name, hidden, layers, dropout)
+# each table's config and the model it trains: (architecture, (hidden, layers, dropout)); the
+# sizes are the paper's unless the table says otherwise
 TABLE_MODELS = {
-    "ptb_small": ("noising_lstm_lm_small", 200, 2, 0.0),
-    "ptb_medium": ("noising_lstm_lm_medium", 512, 2, 0.5),
-    "ptb_large": ("noising_lstm_lm_large", 1500, 2, 0.65),
-    "quickstart": ("noising_lstm_lm_medium", 512, 2, 0.5),
-    "text8": ("noising_lstm_lm_medium", 512, 2, 0.0),  # Table 3: no dropout
-    "iwslt15": ("noising_lstm_iwslt_en_de", 512, 2, 0.2),
-    "multi30k": ("noising_lstm_iwslt_en_de", 512, 2, 0.2),
-    "multi30k_cpu": ("noising_lstm_iwslt_en_de", 256, 2, 0.2),
+    "ptb_small": ("noising_lstm_lm_small", PAPER_SIZES["noising_lstm_lm_small"]),
+    "ptb_medium": ("noising_lstm_lm_medium", PAPER_SIZES["noising_lstm_lm_medium"]),
+    "ptb_large": ("noising_lstm_lm_large", PAPER_SIZES["noising_lstm_lm_large"]),
+    "quickstart": ("noising_lstm_lm_medium", PAPER_SIZES["noising_lstm_lm_medium"]),
+    "text8": ("noising_lstm_lm_medium", (512, 2, 0.0)),  # Table 3: 512 units, no dropout
+    "iwslt15": ("noising_lstm_iwslt_en_de", PAPER_SIZES["noising_lstm_iwslt_en_de"]),
+    "multi30k": ("noising_lstm_iwslt_en_de", PAPER_SIZES["noising_lstm_iwslt_en_de"]),
+    "multi30k_cpu": ("noising_lstm_iwslt_en_de", (256, 2, 0.2)),  # a CPU budget: 256 units
 }
 
 
@@ -117,12 +122,13 @@ def test_every_table_config_builds_the_model_its_name_says(config_name):
     import fairseq_noising.tasks  # noqa: F401  (their task)
 
     cfg = compose(config_name)
-    name, hidden, layers, dropout = TABLE_MODELS[config_name]
+    name, (hidden, layers, dropout) = TABLE_MODELS[config_name]
     assert cfg.model._name == name
     model = _build(OmegaConf.create(OmegaConf.to_container(cfg.model)))
     assert size_of(model) == (hidden, layers)
     assert model.decoder.dropout_out.p == dropout
     assert cfg.hydra.callbacks.row._target_ == "fairseq_noising.sweep.callback.RowCallback"
+    assert cfg.hydra.launcher._target_.endswith(".JoblibLauncher")  # rows side by side
     user_dir = OmegaConf.to_container(cfg.common)["user_dir"]  # resolved where the sweep runs
     assert user_dir == "${hydra:runtime.cwd}/fairseq_noising"
 
@@ -134,22 +140,124 @@ def test_the_lm_tables_run_the_papers_protocol():
     assert cfg.lr_scheduler._name == "paper_halving" and cfg.lr_scheduler.halvings == 8
     assert cfg.dataset.batch_size == 20 and cfg.task.tokens_per_sample == 35
     assert cfg.task.stateful_bptt and cfg.dataset.num_workers == 0
-    rows = cfg.hydra.sweeper.params.task
-    assert rows.count("noise_scheme:none") == 1  # one none row, whatever the gamma grid
     translation = compose("iwslt15")
     assert translation.lr_scheduler.halving_threshold == 0.01
     assert translation.checkpoint.best_checkpoint_metric == "nll_loss"
-    assert translation.dataset.batch_size == 128 and translation.model.reverse_source
+    assert translation.dataset.batch_size == 128
+    import fairseq_noising.models  # noqa: F401  (the model)
+
+    model = _build(OmegaConf.create(OmegaConf.to_container(translation.model)))
+    assert model.encoder.reverse_source  # the paper reads the source backwards
+
+
+# ------------------------------------------------------------------ the rows of a sweep
+
+# each table's rows, as the paper's tables have them: (scheme, gamma_0) for a language model,
+# (scheme, side, gamma_0) for translation; one none row whatever the gamma grid
+LM_ROWS = [("none", 0), ("blank", 0.1), ("blank", 0.2), ("unigram", 0.1), ("unigram", 0.2)]
+LM_ROWS += [("kn", 0.2), ("kn", 0.4)]
+MT_ROWS = [("none", "both", 0)]
+MT_ROWS += [(s, "both", g) for s in ("blank", "unigram", "kn") for g in (0.1, 0.2)]
+MT_ROWS += [("kn", side, g) for side in ("source", "target") for g in (0.1, 0.2)]
+TABLE_ROWS = {
+    "ptb_small": LM_ROWS,
+    "ptb_medium": LM_ROWS,
+    "ptb_large": LM_ROWS,
+    "text8": LM_ROWS,
+    "quickstart": [("none", 0), ("kn", 0.2)],
+    "iwslt15": MT_ROWS,
+    "multi30k": MT_ROWS,
+    "multi30k_cpu": [("none", "both", 0)]
+    + [("kn", side, 0.2) for side in ("both", "source", "target")],
+    "multi30k_transformer": [("none", "both", 0), ("kn", "both", 0.1), ("kn", "both", 0.2)],
+}
+
+
+def sweep_jobs(config_name, *overrides):
+    """The jobs of ``fairseq-hydra-train -m --config-name config_name overrides``, as Hydra's
+    sweeper makes them (each the list of its overrides): the config's ``hydra.sweeper.params``,
+    then the command line's other overrides (a key given twice: the command line's wins),
+    multiplied out. ``hydra...`` overrides change the config the params are read from."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    hydra = [o for o in overrides if o.lstrip("~+").startswith("hydra")]
+    cfg = compose(config_name, *hydra)
+    params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.params or {}).items()]
+    arguments = [o for o in overrides if o not in hydra]
+    parsed = OverridesParser.create().parse_overrides(params + arguments)
+    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+
+
+def row_of(config_name, job):
+    """The row a job trains, read from the config Hydra composes for it."""
+    task = compose(config_name, *job).task
+    if "noise_side" in task:
+        return (task.noise_scheme, task.noise_side, task.noise_gamma)
+    return (task.noise_scheme, task.noise_gamma)
+
+
+@pytest.mark.parametrize("config_name", sorted(TABLE_ROWS))
+def test_every_table_config_sweeps_exactly_its_rows(config_name):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    jobs = sweep_jobs(config_name)
+    parser = OverridesParser.create()
+    rows = []
+    for job in jobs:
+        (row,) = parser.parse_overrides(job)  # one override a job: task={...}
+        assert row.key_or_group == "task"
+        fields = row.value()
+        rows.append(
+            tuple(fields[k] for k in ("noise_scheme", "noise_side", "noise_gamma") if k in fields)
+        )
+    assert rows == TABLE_ROWS[config_name]
+    # what a job's override gives is the row itself: the first and last, composed
+    assert [row_of(config_name, job) for job in (jobs[0], jobs[-1])] == [rows[0], rows[-1]]
+
+
+@pytest.mark.parametrize(
+    "config_name,override,rows",
+    [
+        (
+            "ptb_medium",
+            "task={noise_scheme:none,noise_gamma:0},{noise_scheme:kn,noise_gamma:0.2}",
+            [("none", 0), ("kn", 0.2)],
+        ),
+        (
+            "multi30k_cpu",
+            "task={noise_scheme:kn,noise_side:target,noise_gamma:0.3}",
+            [("kn", "target", 0.3)],
+        ),
+    ],
+)
+def test_rows_on_the_command_line_replace_the_configs(config_name, override, rows):
+    jobs = sweep_jobs(config_name, override)
+    assert [row_of(config_name, job) for job in jobs] == rows
+
+
+def test_a_gamma_grid_of_one_scheme_replaces_the_configs_rows_once_they_are_cleared():
+    """README: ``~hydra.sweeper.params.task task.noise_scheme=kn task.noise_gamma=0.1,0.2,0.3``.
+    Without the first, the grid would multiply the config's 7 rows (21 jobs, 7 to a folder)."""
+    grid = ["task.noise_scheme=kn", "task.noise_gamma=0.1,0.2,0.3"]
+    jobs = sweep_jobs("ptb_small", "~hydra.sweeper.params.task", *grid)
+    assert [row_of("ptb_small", job) for job in jobs] == [("kn", 0.1), ("kn", 0.2), ("kn", 0.3)]
+    assert len(sweep_jobs("ptb_small", *grid)) == 7 * 3
 
 
 @pytest.mark.slow
 def test_rows_in_one_process_each_write_their_own_best_checkpoint(ptb_tiny_bin, tmp_path, caplog):
     """The basic launcher (and a reused joblib worker) trains rows one after another in one
-    process. fairseq keeps its running bests for the process's life: a second row worse than the
-    first must still write its checkpoint_best.pt, and a third that improves at every epoch must
-    not be stopped by --patience (fairseq's early stop) for the first rows' best."""
+    process. fairseq keeps its running bests for the process's life; the row callback starts them
+    afresh where each row starts, as the launcher calls it: a second row worse than the first
+    must still write its checkpoint_best.pt, and a third that improves at every epoch must not be
+    stopped by --patience (fairseq's early stop) for the first rows' best."""
+    from fairseq_noising.sweep.callback import RowCallback
+
     rows = {"first": (1.0, 5), "second": (1e-9, 5), "third": (1.0, 1)}  # lr, --patience
     for name, (lr, patience) in rows.items():  # the second row does not learn at all
+        job = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(tmp_path / name)}}})
+        RowCallback().on_job_start(job)
         argv = lm_train_argv(
             ptb_tiny_bin,
             "--arch", "noising_lstm_lm_small", "--hidden-size", 16, "--batch-size", 20,
@@ -168,7 +276,7 @@ def test_rows_in_one_process_each_write_their_own_best_checkpoint(ptb_tiny_bin, 
 def sweep_argv(config, data, sweep_dir, *overrides):
     return [
         cli("fairseq-hydra-train"), "-m", "--config-dir", CONFIGS, "--config-name", config,
-        f"task.data={data}", f"hydra.sweep.dir={sweep_dir}", "model.hidden_size=16",
+        f"task.data={data}", f"hydra.sweep.dir={sweep_dir}", "++model.hidden_size=16",
         "optimization.max_epoch=2", "common.log_interval=5", *overrides,
     ]  # fmt: skip
 
@@ -190,9 +298,10 @@ def run_sweep(argv, check=True, timeout=900):
 
 
 def record_of(run_dir: Path):
-    import json
+    """The row as the page reads it (its record, Hydra's files, its checkpoint and json log)."""
+    from fairseq_noising.sweep import record
 
-    return json.loads((run_dir / "row.json").read_text())
+    return record.read(str(run_dir))
 
 
 def md_rows(text, first_cell):
@@ -213,30 +322,30 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
     rows = "task={noise_scheme:none,noise_gamma:0},{noise_scheme:kn,noise_gamma:0.2},{noise_scheme:kn,noise_gamma:1.5}"
     proc = run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, rows), check=False)
     assert proc.returncode != 0  # the sweep says a row failed ...
-    failed = record_of(sweep_dir / "kn-g1.5")
+    failed = record_of(sweep_dir / "kn-g1.5-s1")
     assert failed["status"] == "failed"
     assert "--noise-gamma must lie in [0, 1], got 1.5" in failed["error"]
     page = (sweep_dir / "results.md").read_text()
-    for name, key in (("none-g0", "none"), ("kn-g0.2", "kn")):  # ... and the others ran through
+    for name, key in (("none-g0-s1", "none"), ("kn-g0.2-s1", "kn")):  # ... the others ran through
         run_dir = sweep_dir / name
         rec = record_of(run_dir)
         assert rec["status"] == "ended" and rec["key"] == key
-        assert (run_dir / "checkpoint_best.pt").is_file()
-        # the record is fairseq's: its overrides and its evaluation outputs
-        overrides = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
-        assert rec["overrides"] == list(overrides)
+        # the row's config is the one Hydra wrote, and it names the row's scheme
+        assert rec["config"]["task"]["noise_scheme"] == key
+        assert OmegaConf.load(run_dir / ".hydra" / "config.yaml").task.noise_gamma == rec["gamma"]
+        # the evaluation: the best checkpoint's perplexity, every token with its whole left
+        # context (score_kit), at full precision
         for split in ("valid", "test"):
-            text = (run_dir / f"{split}.eval.log").read_text()
-            ppl = float(re.findall(r"Perplexity: ([0-9.]+)", text)[-1])
-            assert rec["evaluation"][f"{split}_ppl"] == ppl
-        assert rec["training"]["epochs"] == 2 and rec["training"]["stop"] is None
+            expected = stateful_perplexity(run_dir / "checkpoint_best.pt", ptb_tiny_bin, split)
+            assert rec["evaluation"][f"{split}_ppl"] == pytest.approx(expected, rel=1e-5)
+        assert rec["training"]["epochs"] == 2 and rec["training"]["stop"] == "max_epoch"
         every = md_rows(page, name)
         assert every and every[0][2] == f"{rec['evaluation']['valid_ppl']:.2f}"
-        assert "stopped by --max-epoch" in every[0][-1]
+        assert "capped by --max-epoch" in every[0][-1]
     label = md_rows(page, "bigram Kneser-Ney")[0]
-    kn = record_of(sweep_dir / "kn-g0.2")["evaluation"]
+    kn = record_of(sweep_dir / "kn-g0.2-s1")["evaluation"]
     assert label[1:4] == ["0.2", f"{kn['valid_ppl']:.2f}†", f"{kn['test_ppl']:.2f}†"]
-    assert "FAILED" in md_rows(page, "kn-g1.5")[0][-1]
+    assert "FAILED" in md_rows(page, "kn-g1.5-s1")[0][-1]
     assert (sweep_dir / "results-curves.png").stat().st_size > 1000
     assert len(list((sweep_dir / "results-logs").glob("*.train.log"))) == 3
 
@@ -248,7 +357,7 @@ def test_a_killed_row_resumes_from_its_last_checkpoint(ptb_small_bin, tmp_path):
         "ptb_small", ptb_small_bin, sweep_dir, "task={noise_scheme:kn,noise_gamma:0.2}",
         "optimization.max_epoch=3", "hydra/launcher=basic",
     )  # fmt: skip
-    run_dir = sweep_dir / "kn-g0.2"
+    run_dir = sweep_dir / "kn-g0.2-s1"
     proc = subprocess.Popen(
         [str(a) for a in argv], cwd=REPO, env=CLI_ENV, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -258,7 +367,9 @@ def test_a_killed_row_resumes_from_its_last_checkpoint(ptb_small_bin, tmp_path):
         time.sleep(0.05)  # until fairseq says the first epoch's checkpoints are written
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert record_of(run_dir)["status"] == "training"  # killed: no ending recorded
+    killed = record_of(run_dir)  # no ending recorded, and its process is gone
+    assert killed["status"] == "stopped"
+    assert killed["training"]["resume_at"] == "the end of epoch 1"
     run_sweep(argv)
     resumed = log.read_text().split("Loaded checkpoint")
     assert len(resumed) == 2 and re.match(r" .*checkpoint_last\.pt \(epoch [12] @", resumed[1])
@@ -281,10 +392,16 @@ def test_a_sweep_runs_on_a_slurm_cluster(slurm_cluster, ptb_tiny_bin, tmp_path):
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for name in ("none-g0", "kn-g0.2"):
+    for name in ("none-g0-s1", "kn-g0.2-s1"):
         rec = record_of(sweep_dir / name)
-        assert rec["status"] == "ended" and rec["evaluation"]["test_ppl"] > 1
-        assert "hydra/launcher=submitit_slurm" in rec["command"]
+        assert rec["status"] == "ended" and "hydra/launcher=submitit_slurm" in rec["command"]
+        assert rec["process"]["slurm_job"]  # the job that ran it, which squeue no longer lists
+        # evaluated where SLURM ran it: the best checkpoint's test perplexity, every token
+        # with its whole left context (score_kit)
+        expected = stateful_perplexity(
+            sweep_dir / name / "checkpoint_best.pt", ptb_tiny_bin, "test"
+        )
+        assert rec["evaluation"]["test_ppl"] == pytest.approx(expected, rel=1e-5, abs=0.006)
     assert list((sweep_dir / ".submitit").iterdir())  # the rows went through SLURM
     page = (sweep_dir / "results.md").read_text()
     assert md_rows(page, "none") and md_rows(page, "bigram Kneser-Ney")

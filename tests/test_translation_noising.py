@@ -47,7 +47,7 @@ from fractions import Fraction as F
 
 import numpy as np
 import pytest
-from conftest import PLUGIN_DIR, build_task, run_cli, uniforms_of
+from conftest import build_task, mt_train_argv, run_cli, uniforms_of
 from oracle import Oracle, by_id
 
 from fairseq_noising.schemes import REGISTRY
@@ -78,31 +78,6 @@ SPECIAL = ("<pad>", "</s>", "<s>", "<blank>")
 SEED, EPOCH = 5, 3
 
 
-def mt_train_argv(data, scheme, gamma, *extra):
-    """``fairseq-train``'s command line (less the program) for noised_translation on ``data``
-    (en -> de, fairseq's lstm) with ``scheme`` at ``gamma`` and SEED, then ``extra``."""
-    return [
-        data,
-        "--user-dir",
-        PLUGIN_DIR,
-        "--task",
-        "noised_translation",
-        "--arch",
-        "lstm",
-        "-s",
-        "en",
-        "-t",
-        "de",
-        "--noise-scheme",
-        scheme,
-        "--noise-gamma",
-        gamma,
-        "--seed",
-        SEED,
-        *extra,
-    ]
-
-
 @pytest.fixture(scope="module")
 def tasks():
     """noised_translation tasks with their training split loaded, built once per argument list."""
@@ -111,7 +86,9 @@ def tasks():
     def get(data, scheme, gamma=G0, *extra):
         key = (str(data), scheme, gamma, extra)
         if key not in built:
-            task, _ = build_task(mt_train_argv(data, scheme, gamma, *extra))
+            task, _ = build_task(
+                mt_train_argv(data, "--seed", SEED, *extra, scheme=scheme, gamma=gamma)
+            )
             task.load_dataset("train")
             built[key] = task
         return built[key]

@@ -1,26 +1,23 @@
-"""Per-epoch perplexities and the noising configuration read from fairseq training logs.
+"""Per-epoch perplexities from fairseq training logs: the one module that reads log lines.
 
-Understands the ``simple``, ``tqdm`` and ``json`` log formats of ``fairseq-train`` (and any mix,
-for instance a resumed run), also as ``fairseq-hydra-train`` writes them (``hydra_train.log``:
-``[time][train][INFO] - epoch 003 | loss ...``). The lines used are the end-of-epoch summaries:
+A row of a sweep keeps its facts in structures (its record, checkpoint and json log:
+:mod:`fairseq_noising.sweep.record`); this module serves logs that have nothing else, such as
+``fairseq-train`` output given to ``fairseq-noise-analyze curves`` and runs logged before the
+sweeps logged json. It understands fairseq's ``simple``, ``tqdm`` and ``json`` formats (and any
+mix, for instance a resumed run), also as ``fairseq-hydra-train`` writes them
+(``[time][train][INFO] - epoch 003 | loss ...``). The lines used are the end-of-epoch summaries:
 
 - simple/tqdm: ``... | train | epoch 003 | loss 5.1 | ppl 34.3 | ...`` and
   ``... | valid | epoch 003 | valid on 'valid' subset | loss 5.3 | ppl 39.4 | ...``;
 - json: ``... | train | {"epoch": 3, "train_loss": "5.1", "train_ppl": "34.3", ...}`` and
-  ``... | valid | {"epoch": 3, "valid_loss": "5.3", "valid_ppl": "39.4", ...}``.
+  ``... | valid | {"epoch": 3, "valid_loss": "5.3", "valid_ppl": "39.4", ...}``;
 
-Per-update lines (``train_inner``) are ignored. When an epoch appears twice (a run resumed
-from a checkpoint of the middle of an epoch), the last value wins. ``ppl`` is the one fairseq
-prints (2 ** loss, loss in bits). The train summary's ``lr`` and ``wall`` (seconds since the
-process began) are kept per epoch; a resumed run's log holds one process after another, each
-starting with fairseq's configuration dump (``fairseq_cli.train | {'_name': ...``), and the run's
-wall time is the sum of each process's last ``wall``. The noising scheme and gamma_0 are read
-from the configuration dump at the start of a run (``'noise_scheme': kn, 'noise_gamma': 0.2``), the
-GPU from fairseq's CUDA environment lines (``rank   0: ... ; name = NVIDIA H100 80GB HBM3``).
-
-A run's progress comes from the last per-update line (``train_inner``: the position inside the
-epoch, updates/s, learning rate), from ``paper_halving``'s decisions (``halving 2/8``, ``stop: all 8
-halvings done``) and from the line with which fairseq-train ends (:attr:`RunLog.stop`).
+and the per-update lines (``train_inner``) for the position inside the current epoch. When an
+epoch appears twice (a run resumed from a checkpoint of the middle of an epoch), the last value
+wins. ``ppl`` is the one fairseq prints (2 ** loss, loss in bits). The train summary's ``lr`` and
+``wall`` (seconds since the process began) are kept per epoch; a resumed run's log holds one
+process after another, each starting with fairseq's configuration dump, and the run's wall time
+is the sum of each process's last ``wall``.
 """
 
 import json
@@ -30,21 +27,8 @@ from typing import Dict, List, Optional
 
 _SIMPLE_VALID = re.compile(r"epoch (\d+) \| valid on '([^']+)' subset \| (.*)$")
 _SIMPLE_TRAIN = re.compile(r"(?:^|\| |\] - )epoch (\d+) \| (loss [^|]*\|.*)$")
-_SCHEME = re.compile(r"'noise_scheme': '?([A-Za-z_]+)'?")
-_GAMMA = re.compile(r"'noise_gamma': ([0-9.eE+-]+)")
-_GPU = re.compile(r"rank +0: capabilities = .* ; name = (.*\S)")
 _PROCESS_START = re.compile(r"fairseq_cli\.train(?: \||\]\[INFO\] -) \{'_name'")
 _INNER = re.compile(r"epoch (\d+):\s+(\d+) / (\d+) (.*)$")
-_HALVING = re.compile(
-    r"paper_halving: epoch \d+: .*?; (?:halving (\d+)/(\d+)|stop: all (\d+) halvings done)"
-)
-# the lines with which fairseq-train stops early, and what each means (RunLog.stop)
-_STOPS = (
-    ("halvings", re.compile(r"paper_halving: epoch \d+: .*; stop: all \d+ halvings done")),
-    ("time", re.compile(r"Stopping training due to cumulative_training_time: ([0-9.]+)")),
-    ("max_update", re.compile(r"Stopping training due to num_updates")),
-    ("patience", re.compile(r"early stop since valid performance hasn't improved")),
-)
 
 
 @dataclass
@@ -52,24 +36,13 @@ class RunLog:
     path: str = ""
     train_ppl: Dict[int, float] = field(default_factory=dict)
     valid_ppl: Dict[int, float] = field(default_factory=dict)
-    noise_scheme: Optional[str] = None
-    noise_gamma: Optional[float] = None
     lr: Dict[int, float] = field(default_factory=dict)  # per epoch, from the train summary
     wall: Dict[int, float] = field(default_factory=dict)  # seconds, from the train summary
     process_walls: List[float] = field(default_factory=list)  # the last wall of each process
-    gpu: Optional[str] = None  # the CUDA device of rank 0; None on a CPU
-    # progress: (epoch, update, updates in the epoch) of the last train_inner line, its updates/s,
-    # the learning rate (last train_inner or train line), (halvings so far, --halvings) from
-    # paper_halving's decisions, why the last process stopped early (halvings, time, max_update,
-    # patience) and, for the time limit, the cumulative training hours it reported
-    position: Optional[tuple] = None
-    ups: Optional[float] = None
+    # (epoch, share of it done) of the last train_inner line, the learning rate then (or of the
+    # last train summary)
+    position: Optional[float] = None
     current_lr: Optional[float] = None
-    halving: Optional[tuple] = None
-    stop: Optional[str] = None
-    trained_hours: Optional[float] = None
-    stopped_at: Optional[tuple] = None  # position (as ``position``) where a time or update limit
-    # stopped the run inside an epoch (fairseq still logs that epoch's summary and validation)
 
     @property
     def halvings(self) -> int:
@@ -77,19 +50,11 @@ class RunLog:
         rates = [self.lr[e] for e in sorted(self.lr)]
         return sum(b < a for a, b in zip(rates, rates[1:]))
 
-    epoch_closed: bool = False  # the epoch of ``position`` ended (its summary came after it)
-
     @property
     def epochs_done(self) -> float:
-        """Epochs trained, the current one's share included: from the last train_inner line (or
-        where a limit stopped the run), else the epochs validated."""
+        """Epochs trained, the current one's share included."""
         done = float(max(self.valid_ppl, default=0))
-        pos = self.stopped_at or self.position
-        if not pos or not pos[2]:
-            return done
-        if self.epoch_closed and self.stopped_at is None:
-            return max(done, float(pos[0]))
-        return pos[0] - 1 + pos[1] / pos[2]
+        return max(done, self.position or 0.0)
 
     @property
     def wall_seconds(self) -> Optional[float]:
@@ -99,12 +64,6 @@ class RunLog:
     @property
     def best_valid_ppl(self) -> Optional[float]:
         return min(self.valid_ppl.values()) if self.valid_ppl else None
-
-    @property
-    def best_valid_epoch(self) -> Optional[int]:
-        if not self.valid_ppl:
-            return None
-        return min(self.valid_ppl, key=lambda e: (self.valid_ppl[e], e))
 
 
 def _pipes(text: str) -> Dict[str, str]:
@@ -124,27 +83,6 @@ def _number(stats: Dict[str, str], key: str) -> Optional[float]:
         return None
 
 
-def _train_summary(run: RunLog, epoch: int, stats: Dict[str, str], prefix: str = "") -> None:
-    run.train_ppl[epoch] = _ppl(stats, prefix)
-    if run.position and run.position[0] == epoch:
-        run.epoch_closed = True
-    updates = _number(stats, prefix + "num_updates")
-    if run.stopped_at and run.stopped_at[0] == epoch and updates is not None:
-        # the summary of an epoch a limit cut short: its update count places the stop exactly
-        # (every epoch has the same number of updates)
-        steps = run.stopped_at[2]
-        inside = int(updates) - (epoch - 1) * steps
-        if run.stopped_at[1] <= inside <= steps:
-            run.stopped_at = (epoch, inside, steps)
-    lr, wall = _number(stats, prefix + "lr"), _number(stats, prefix + "wall")
-    if lr is not None:
-        run.lr[epoch] = lr
-        run.current_lr = lr
-    if wall is not None:
-        run.wall[epoch] = wall
-        run.process_walls[-1:] = [wall]  # this process's latest
-
-
 def _ppl(stats: Dict[str, str], prefix: str = "") -> Optional[float]:
     if prefix + "ppl" in stats:
         return float(stats[prefix + "ppl"])
@@ -153,47 +91,31 @@ def _ppl(stats: Dict[str, str], prefix: str = "") -> Optional[float]:
     return None
 
 
+def _train_summary(run: RunLog, epoch: int, stats: Dict[str, str], prefix: str = "") -> None:
+    run.train_ppl[epoch] = _ppl(stats, prefix)
+    run.position = max(run.position or 0.0, float(epoch))
+    lr, wall = _number(stats, prefix + "lr"), _number(stats, prefix + "wall")
+    if lr is not None:
+        run.lr[epoch] = run.current_lr = lr
+    if wall is not None:
+        run.wall[epoch] = wall
+        if not run.process_walls:
+            run.process_walls.append(0.0)
+        run.process_walls[-1] = wall  # this process's latest
+
+
+def _inner(run: RunLog, epoch: int, share: float, stats: Dict) -> None:
+    run.position = epoch - 1 + share
+    lr = _number(stats, "lr")
+    run.current_lr = lr if lr is not None else run.current_lr
+
+
 def parse_log(text: str, path: str = "", subset: str = "valid") -> RunLog:
-    """The per-epoch train and ``subset`` perplexities and the noising settings of one log."""
+    """The per-epoch train and ``subset`` perplexities of one log."""
     run = RunLog(path=path)
     for line in text.splitlines():
-        if run.noise_scheme is None:
-            m = _SCHEME.search(line)
-            if m:
-                run.noise_scheme = m.group(1)
-                g = _GAMMA.search(line)
-                if g:
-                    run.noise_gamma = float(g.group(1))
         if _PROCESS_START.search(line):
             run.process_walls.append(0.0)
-            run.stop = run.trained_hours = run.stopped_at = None  # an earlier process's ending
-        if run.gpu is None:
-            m = _GPU.search(line)
-            if m:
-                run.gpu = m.group(1)
-        for reason, pattern in _STOPS:
-            m = pattern.search(line)
-            if m:
-                run.stop = reason
-                if reason == "time":
-                    run.trained_hours = float(m.group(1))
-                if reason in ("time", "max_update") and run.position:
-                    run.stopped_at = run.position
-        m = _HALVING.search(line)
-        if m:
-            if m.group(3):
-                run.halving = (int(m.group(3)), int(m.group(3)))
-            else:
-                run.halving = (int(m.group(1)), int(m.group(2)))
-        if "train_inner" in line:
-            m = _INNER.search(line)
-            if m:
-                run.position = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-                run.epoch_closed = False
-                stats = dict(kv.split("=", 1) for kv in m.group(4).split(", ") if "=" in kv)
-                run.ups, lr = _number(stats, "ups"), _number(stats, "lr")
-                run.current_lr = lr if lr is not None else run.current_lr
-            continue
         brace = line.find('{"epoch"')
         if brace >= 0:
             try:
@@ -201,11 +123,20 @@ def parse_log(text: str, path: str = "", subset: str = "valid") -> RunLog:
             except ValueError:
                 continue
             epoch = int(stats["epoch"])
+            if "update" in stats:  # train_inner: the epoch's share in "update"
+                _inner(run, epoch, float(stats["update"]) - (epoch - 1), stats)
+                continue
             value = _ppl(stats, subset + "_")
             if value is not None:
                 run.valid_ppl[epoch] = value
-            if "train_loss" in stats:  # end-of-epoch train summary (train_inner has "loss")
+            if "train_loss" in stats:  # end-of-epoch train summary
                 _train_summary(run, epoch, stats, "train_")
+            continue
+        if "train_inner" in line:
+            m = _INNER.search(line)
+            if m:
+                stats = dict(kv.split("=", 1) for kv in m.group(4).split(", ") if "=" in kv)
+                _inner(run, int(m.group(1)), int(m.group(2)) / int(m.group(3)), stats)
             continue
         m = _SIMPLE_VALID.search(line)
         if m:

@@ -81,31 +81,33 @@ def sweep_lines(series: Dict[str, List[Tuple[float, float]]], path: str) -> str:
     return _save(fig, path)
 
 
-def curves(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]], path: str) -> str:
-    """Figure 1: training (dashed) and validation (solid) perplexity per epoch, per run."""
+def curves_figure(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]]) -> Figure:
+    """Figure 1: training (dashed) and validation (solid) perplexity per epoch, per run; every
+    point marked (an epoch alone is a point), whole epochs on the x axis."""
     fig, ax = _subplots((5.5, 3.8))
+    epochs = []
     for i, (label, (train, valid)) in enumerate(runs.items()):
         color = f"C{i % 10}"
-        if train:
-            es = sorted(train)
-            ax.plot(es, [train[e] for e in es], ls="--", color=color, label=f"{label} train")
-        if valid:
-            es = sorted(valid)
-            ax.plot(
-                es,
-                [valid[e] for e in es],
-                ls="-",
-                marker="o",
-                ms=3,
-                color=color,
-                label=f"{label} valid",
-            )
+        for series, ls, marker, what in ((train, "--", "s", "train"), (valid, "-", "o", "valid")):
+            es = sorted(series)
+            epochs += es
+            if es:
+                ys = [series[e] for e in es]
+                ax.plot(es, ys, ls=ls, marker=marker, ms=4, color=color, label=f"{label} {what}")
     ax.set_xlabel("epoch")
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    # whole epochs even when there is one (integer=True alone falls back to fractions then)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True, min_n_ticks=1))
+    if epochs:
+        ax.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
     ax.set_ylabel("perplexity")
     ax.set_yscale("log")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
+
+
+def curves(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]], path: str) -> str:
+    """Figure 1 (:func:`curves_figure`) written to ``path``."""
+    return _save(curves_figure(runs), path)
 
 
 def pseudocount_scatter(expected, observed, path: str, title: str = "") -> str:

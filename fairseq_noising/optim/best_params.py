@@ -54,14 +54,6 @@ class BestParameters:
         if state is not None:
             state.clear()
 
-    def are_current(self, tensors) -> bool:
-        """Whether ``tensors`` hold exactly the values that the optimizer's parameters hold now."""
-        params = list(self.optimizer.params)
-        return len(tensors) == len(params) and all(
-            torch.equal(t, p.detach().to(device="cpu", dtype=t.dtype))
-            for t, p in zip(tensors, params)
-        )
-
     def load(self, saved):
         """Takes ``tensors`` kept in a checkpoint's scheduler state (None: none), checked against
         the model."""
@@ -80,33 +72,30 @@ class BestParameters:
         ]
 
 
-def read_best_checkpoint(trainer, optimizer) -> dict:
-    """What ``checkpoint_best.pt`` holds, for a scheduler that resumes without a kept copy.
-
-    Returns ``{"path", "tensors", ...}``: its values of ``optimizer.params`` (new CPU tensors)
-    and where it was saved (:func:`.fairseq_compat.checkpoint_position`: updates, loss, ...); or
-    ``{"path", "error"}`` saying why it cannot be used. Under data-parallel training rank 0 reads the file and every rank gets the result.
-    """
-    if trainer is None:
-        return {
-            "path": "checkpoint_best.pt",
-            "error": "cannot be located: the scheduler is not driven by a fairseq Trainer",
-        }
-    path = fairseq_compat.checkpoint_path(trainer, "checkpoint_best")
-    return fairseq_compat.from_first_rank(trainer, lambda: _read(path, trainer, optimizer))
-
-
-def _read(path, trainer, optimizer):
+def read_checkpoint(path):
+    """(the fairseq checkpoint at ``path``, None), or (None, why it cannot be read). Torch's safe
+    loader, the tensors memory-mapped: only those used are read from disk."""
     if not os.path.isfile(path):
-        return {"path": path, "error": "is missing"}
-    try:  # mmap: only the tensors used are read from disk
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # a truncated or foreign file: zip, pickle or torch errors
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return {"path": path, "error": f"cannot be read ({reason})"}
-    position = fairseq_compat.checkpoint_position(state)
+        return None, "is missing"
     try:
-        tensors = fairseq_compat.optimizer_values(trainer, optimizer, state)
-    except ValueError as e:
-        return {"path": path, "error": f"does not match the model ({e})"}
-    return {"path": path, "tensors": tensors, **position}
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True), None
+    except Exception as e:  # a truncated or foreign file: zip, pickle or torch errors
+        return None, f"cannot be read ({(str(e).strip().splitlines() or [type(e).__name__])[0]})"
+
+
+def read_best_checkpoint(path, optimizer, loaded, best) -> dict:
+    """``{"tensors"}``: the values of ``optimizer.params`` in ``checkpoint_best.pt`` at ``path``
+    (new CPU tensors), if it was saved at the validation ``best`` (its updates and value); or
+    ``{"error"}`` saying why not. ``loaded`` is the checkpoint being loaded: a parameter's value
+    there says which of the file's tensors is its (:func:`.fairseq_compat.optimizer_values`)."""
+    state, problem = read_checkpoint(path)
+    if state is not None:
+        saved = fairseq_compat.checkpoint_position(state)
+        if (saved["updates"], saved["loss"]) != (best["updates"], best["loss"]):
+            problem = f"holds {saved['where']} (valid {saved['loss']})"
+        else:
+            try:
+                return {"tensors": fairseq_compat.optimizer_values(optimizer, loaded, state)}
+            except ValueError as e:
+                problem = f"does not match the model ({e})"
+    return {"error": problem}

@@ -20,7 +20,7 @@ from omegaconf import II
 from fairseq_noising import fairseq_compat
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.optim import halving_rule as rule
-from fairseq_noising.optim.best_params import BestParameters, read_best_checkpoint
+from fairseq_noising.optim.best_params import BestParameters, read_best_checkpoint, read_checkpoint
 from fairseq_noising.optim.paper_halving_checks import check_config
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,12 @@ class PaperHalvingLRScheduleConfig(FairseqDataclass):
     validate_interval: int = II("dataset.validate_interval")
     validate_interval_updates: int = II("dataset.validate_interval_updates")
     validate_after_updates: int = II("dataset.validate_after_updates")
+    # where fairseq-train resumes from (fairseq_compat.checkpoint_files), and on how many ranks
+    save_dir: str = II("checkpoint.save_dir")
+    restore_file: str = II("checkpoint.restore_file")
+    continue_once: Optional[str] = II("checkpoint.continue_once")
+    checkpoint_suffix: str = II("checkpoint.checkpoint_suffix")
+    distributed_world_size: int = II("distributed_training.distributed_world_size")
 
 
 @register_lr_scheduler("paper_halving", dataclass=PaperHalvingLRScheduleConfig)
@@ -85,7 +91,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.progress = rule.Progress()  # what they decided
         self.best_copy = BestParameters(optimizer, enabled=not cfg.no_restore_best)
         self.num_updates = 0
-        self._pending = None  # resume: (validation, where) saved with the checkpoint, undecided
+        self._resuming = False  # loaded a state: the checkpoint file is read at the next step
         self.optimizer.set_lr(self.lr)
 
     halvings = property(lambda self: self.progress.halvings)
@@ -134,22 +140,21 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
             return
         self.progress = rule.replay(self.validations, self.cfg)
         self.best_copy.load(state_dict.get("best_params"))
-        self._pending = self._saved_validation()
-        self._find_best_parameters()
+        self._resuming = True
         self.optimizer.set_lr(self.lr)
 
     def step_begin_epoch(self, epoch):
         """Called by the trainer at the beginning of each training epoch."""
-        self._decide_pending()
+        self._resume(epoch)
         self.optimizer.set_lr(self.lr)
         return self.lr
 
     def step(self, epoch, val_loss=None):
         """Called by the trainer after each epoch's validation (and with no loss on loading)."""
         if val_loss is None:
-            self._decide_pending()
+            self._resume(epoch)
         else:
-            self._pending = None
+            self._resuming = False
             self._take(dict(epoch=epoch, loss=float(val_loss), updates=self.num_updates))
         self.optimizer.set_lr(self.lr)
         return self.lr
@@ -160,7 +165,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.optimizer.set_lr(self.lr)
         return self.lr
 
-    def _take(self, v, where=None):
+    def _take(self, v):
         """Decides the validation ``v``, then keeps or restores the parameters and says so."""
         v.setdefault("inside", False)
         self.validations.append(v)
@@ -174,7 +179,8 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         restored = self.best_copy.update(is_best=self.progress.best is v)
         if d.kind == "inside-best":
             logger.info(
-                f"paper_halving: resuming at {where}, where it validated at "
+                f"paper_halving: resuming at update {v['updates']} inside epoch {v['epoch']}, "
+                f"where it validated at "
                 f"{self.cfg.best_checkpoint_metric} {v['loss']:.6g} and fairseq wrote "
                 f"checkpoint_best.pt (best so far {d.previous['loss']:.6g} at epoch "
                 f"{d.previous['epoch']}): it becomes the best, restored after a non-improving epoch"
@@ -185,13 +191,68 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
             msg += f"; restored the parameters of epoch {self.best_epoch}"
         logger.info(msg)
 
-    def _saved_validation(self):
-        """(validation, where) saved with the checkpoint being loaded, if no decision took it:
-        an epoch's (fairseq saves before it calls step), or one inside an epoch (a stop by
+    def _resume(self, epoch):
+        """At fairseq's first step after ``load_state_dict``: ``Trainer.load_checkpoint`` has
+        loaded the model and handed over the updates (``step_update``) and the epoch, and nothing
+        is trained yet. Without a kept copy, reads the best parameters back from
+        checkpoint_best.pt; then takes the validation saved with the checkpoint if no decision
+        took it. Rank 0 reads the files; every rank gets what it found."""
+        if not self._resuming:
+            return
+        self._resuming = False
+        world = self.cfg.distributed_world_size
+        found = fairseq_compat.from_first_rank(lambda: self._look_back(epoch), world)
+        best, v = found["best"], found["pending"]
+        if "error" in found:
+            raise NoisingError(
+                f"--lr-scheduler paper_halving: {found['path']} {found['error']}, but resuming "
+                f"needs the parameters of the best epoch {best['epoch']} (valid "
+                f"{self.cfg.best_checkpoint_metric} {best['loss']:.6g}, {best['updates']} "
+                "updates) that it held; put that run's checkpoint_best.pt back, or pass "
+                "--reset-lr-scheduler to start the protocol afresh (or --no-restore-best to go "
+                "on without restoring)"
+            )
+        if best is not None:
+            self.best_copy.tensors = found["tensors"]
+            logger.info(f"paper_halving: the best epoch's parameters are those of {found['path']}")
+        if v is None:
+            return
+        if not v["inside"]:
+            logger.info(
+                f"paper_halving: resuming after epoch {v['epoch']}, saved before its decision; "
+                f"replaying it from the validation value saved with it, {v['loss']:.6g}"
+            )
+        self._take(v)
+
+    def _look_back(self, epoch):
+        """(On rank 0.) ``{"pending"}``: the validation saved with the checkpoint being loaded (the
+        file that fairseq's rule names, if it holds the updates handed over), if undecided;
+        ``{"best", "path"}``: the best validation whose parameters are to be read back from
+        checkpoint_best.pt at ``path`` (None: none), with ``{"tensors"}`` or ``{"error"}``."""
+        path, best_path = fairseq_compat.checkpoint_files(self.cfg)
+        loaded, problem = read_checkpoint(path)
+        pos = fairseq_compat.checkpoint_position(loaded or {})
+        if loaded is not None and pos["updates"] != self.num_updates:
+            problem = f"holds {pos['where']}, not epoch {epoch} at {self.num_updates} updates"
+            loaded = None
+        if loaded is None:
+            logger.warning(
+                f"paper_halving: {path} {problem}: it is not the checkpoint being loaded; a "
+                "validation saved with that one before its decision is not replayed"
+            )
+        pending = self._undecided(pos) if loaded is not None else None
+        found = dict(pending=pending, best=self._best_to_read(pending), path=best_path)
+        if found["best"] is not None and loaded is None:
+            found["error"] = f"cannot be mapped onto the model without it ({path} {problem})"
+        elif found["best"] is not None:
+            found.update(read_best_checkpoint(best_path, self.optimizer, loaded, found["best"]))
+        return found
+
+    def _undecided(self, pos):
+        """The validation saved with the checkpoint (at ``pos``) if no decision took it: an
+        epoch's (fairseq saves before it calls step), or one inside an epoch (a stop by
         --stop-time-hours or --max-update) where checkpoint_best.pt holds the best."""
-        saved = fairseq_compat.checkpoint_being_loaded(self)
-        pos = fairseq_compat.checkpoint_position(saved) if saved is not None else {}
-        if pos.get("loss") is None or pos["epoch"] is None:
+        if pos["loss"] is None or pos["epoch"] is None:
             return None
         v, seen = {k: pos[k] for k in ("epoch", "loss", "updates", "inside")}, self.validations
         if not v["inside"]:
@@ -199,52 +260,27 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         else:
             done = any(u["inside"] and u["updates"] == v["updates"] for u in seen)
             done |= self.best_updates is None or not self._reads_best_checkpoint()
-        return None if done else (v, pos["where"])
+        return None if done else v
 
     def _reads_best_checkpoint(self):
         return self.best_copy.enabled and self.best_copy.tensors is None
 
-    def _decide_pending(self):
-        if self._pending is None:
-            return
-        (v, where), self._pending = self._pending, None
-        if not v["inside"]:
-            logger.info(
-                f"paper_halving: resuming after epoch {v['epoch']}, saved before its decision; "
-                f"replaying it from the validation value saved with it, {v['loss']:.6g}"
-            )
-        self._take(dict(v), where)
-
-    def _find_best_parameters(self):
-        """Without a kept copy, reads the best parameters back from checkpoint_best.pt (where
-        the best is not the saved validation, decided next), checking when the file was saved."""
+    def _best_to_read(self, pending):
+        """The best validation whose parameters are to be read from checkpoint_best.pt: without
+        a kept copy, unless the best is the pending validation, decided on a copy of the
+        progress, or there is none."""
         if not self._reads_best_checkpoint():
-            return
-        progress, pending = dataclasses.replace(self.progress), None  # a copy to decide on
-        if self._pending is not None:
-            pending = dict(self._pending[0])
-            rule.decide(progress, pending, self.cfg)
+            return None
+        progress, ahead = dataclasses.replace(self.progress), None
+        if pending is not None:
+            ahead = dict(pending)
+            rule.decide(progress, ahead, self.cfg)
         best = progress.best
-        if best is None or best is pending:
-            return
-        if best["updates"] is None:  # version 1, written with --no-restore-best
-            logger.warning(
+        if best is not None and best is not ahead and best["updates"] is None:
+            logger.warning(  # version 1, written with --no-restore-best
                 "paper_halving: the checkpoint holds no copy of the best parameters "
                 "(saved with --no-restore-best?); they cannot be restored until the next "
                 "improvement"
             )
-            return
-        keys = ("updates", "loss")  # the save of the best validation, and its value
-        found = read_best_checkpoint(fairseq_compat.trainer_of(self), self.optimizer)
-        if "error" not in found and [found[k] for k in keys] == [best[k] for k in keys]:
-            self.best_copy.tensors = found["tensors"]
-            logger.info(f"paper_halving: the best epoch's parameters are those of {found['path']}")
-            return
-        problem = found.get("error") or f"holds {found['where']} (valid {found['loss']})"
-        raise NoisingError(
-            f"--lr-scheduler paper_halving: {found['path']} {problem}, but resuming needs the "
-            f"parameters of the best epoch {best['epoch']} (valid "
-            f"{self.cfg.best_checkpoint_metric} {best['loss']:.6g}, {best['updates']} updates) "
-            "that it held; put that run's checkpoint_best.pt back, or pass --reset-lr-scheduler "
-            "to start the protocol afresh (or --no-restore-best to go on without restoring)"
-        )
+            return None
+        return None if best is None or best is ahead else best

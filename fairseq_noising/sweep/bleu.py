@@ -1,7 +1,7 @@
 """Words in and out of a translation pipeline, and BLEU: the tokenizers of the translation recipes
-(sacremoses, or a simple regular-expression fallback) with their detokenizers, the hypotheses of a
-``fairseq-generate`` output, and sacrebleu's score of the detokenized hypotheses against the raw
-references (plus tokenized BLEU against the tokenized references)."""
+(sacremoses, or a simple regular-expression fallback) with their detokenizers, and sacrebleu's
+score of detokenized hypotheses against the raw references (plus tokenized BLEU against the
+tokenized references)."""
 
 import re
 from typing import Dict, List, Optional
@@ -82,19 +82,6 @@ def read_lines(path: str) -> List[str]:
     return lines
 
 
-def hypotheses(generate_output: str) -> List[str]:
-    """The ``H-`` lines of a ``fairseq-generate`` output, in sentence order."""
-    found = {}
-    with open(generate_output, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("H-"):
-                parts = line.rstrip("\n").split("\t")
-                found[int(parts[0][2:])] = parts[2] if len(parts) > 2 else ""
-    if not found or sorted(found) != list(range(len(found))):
-        raise NoisingError(f"{generate_output}: hypotheses missing (expected H-0 ... H-N lines)")
-    return [found[i] for i in range(len(found))]
-
-
 def corpus_bleu(hyps: List[str], refs: List[str], tokenize: str = "13a") -> Dict[str, object]:
     """``{"score": BLEU, "signature": sacrebleu's signature}``."""
     from sacrebleu.metrics import BLEU
@@ -109,16 +96,15 @@ def corpus_bleu(hyps: List[str], refs: List[str], tokenize: str = "13a") -> Dict
 
 
 def score(
-    generate_output: str,
+    hyps: List[str],
     reference: str,
     lang: str,
     tokenizer: str,
     detok_out: str,
     tok_reference: Optional[str] = None,
 ) -> Dict[str, Dict[str, object]]:
-    """BLEU (sacrebleu 13a on detokenized hypotheses against the raw references, which are also
-    written to ``detok_out``) and, with ``tok_reference``, tok BLEU (tokenized against tokenized)."""
-    hyps = hypotheses(generate_output)
+    """BLEU (sacrebleu 13a on the detokenized hypotheses, also written to ``detok_out``, against
+    the raw references) and, with ``tok_reference``, tok BLEU (tokenized against tokenized)."""
     detok = detokenize(hyps, lang, tokenizer)
     with open(detok_out, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in detok))

@@ -6,57 +6,62 @@ Named in a sweep's config (``recipes/config``)::
       callbacks:
         row:
           _target_: fairseq_noising.sweep.callback.RowCallback
-          table: ptb-medium           # the paper's table beside ours (:mod:`.paper`)
+          table: {title: ..., paper: {...}}   # the page's title and the paper's figures
 
-When a row starts, it writes its record (``row.json``, :mod:`.record`: config, overrides, the
-command that reruns it, status ``training``) into its run folder. When its training ends, it
-evaluates ``checkpoint_best.pt`` (:mod:`.evaluate`; reused when the checkpoint has not changed
-since the record's evaluation), records the figures and how the training ended, or the failure,
-and rewrites the sweep's results page (:mod:`.page`). The callback runs where the row runs (a
-joblib worker, a SLURM node), so every launcher gets the same records; nothing it does fails a row
-that trained, and a row that failed leaves the others alone.
+When a row starts, in the process that trains it (a joblib worker, a SLURM job), the callback
+starts fairseq's running bests afresh (a process may have trained another row before) and
+writes the row's record (``row.json``, :mod:`.record`: status ``training``, the process, the
+GPU). When the training ends it evaluates ``checkpoint_best.pt`` in a process of its own
+(:mod:`.evaluate`), records how the row ended (or why it failed, in one line, also printed at
+once) and rewrites the sweep's results page (:mod:`.page`). Nothing it does fails a row that
+trained, and a row that failed leaves the others alone.
 """
 
-import copy
 import logging
 import os
-from typing import Any, Dict, Optional, Sequence
+import subprocess
+import sys
+from typing import Any, Optional
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
-from . import evaluate, page, record
+from . import page, record
 
 logger = logging.getLogger(__name__)
 
 
-class RowCallback(Callback):
-    def __init__(
-        self,
-        table: Optional[str] = None,
-        page: Optional[str] = None,
-        beam: int = 5,
-        reference: Optional[str] = None,
-        tok_reference: Optional[str] = None,
-        tokenizer: str = "moses",
-        generate_args: Sequence[str] = (),
-    ):
-        self.table, self.page = table, page
-        self.translation = dict(
-            beam=beam,
-            reference=reference,
-            tok_reference=tok_reference,
-            tokenizer=tokenizer,
-            generate_args=list(generate_args),
-        )
+def one_line(e: BaseException, config: Optional[DictConfig] = None) -> str:
+    """An exception in one line that names what was wrong: omegaconf's errors name the field
+    (``full_key``, inside its group: ``noise_scheme`` of ``task``) on a line of their own; it is
+    put first, with its group."""
+    lines = [s.strip() for s in str(e).strip().splitlines() if s.strip()] or [type(e).__name__]
+    key, text = getattr(e, "full_key", None), lines[0]
+    if key and "." not in key and config is not None:
+        groups = [g for g, sub in config.items() if isinstance(sub, DictConfig) and key in sub]
+        key = f"{groups[0]}.{key}" if len(groups) == 1 else key
+    if key and key not in text:
+        text = f"{key}: {text}"
+    return f"{type(e).__name__}: {text}"
 
-    # ------------------------------------------------------------------ Hydra's hooks
+
+class RowCallback(Callback):
+    def __init__(self, page: Optional[str] = None, **options: Any):
+        # options: table (title, note, paper figures), title, beam, reference, tok_reference,
+        # tokenizer, generate_args: read back from .hydra/hydra.yaml by the page and evaluation
+        self.page = page
+
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .. import fairseq_compat
+
+        fairseq_compat.forget_best_validation_value()  # this process may have trained a row
         try:
             run_dir = config.hydra.runtime.output_dir
             os.makedirs(run_dir, exist_ok=True)
-            rec, earlier = self._new_record(config, run_dir), record.read(run_dir) or {}
+            rec = {"format": record.FORMAT, "status": "training", "started": record.now()}
+            rec.update(process=record.this_process(), gpu=_gpu())
+            earlier = record.read_record(run_dir) or {}
             if "evaluation" in earlier:  # a rerun: reused if the checkpoint does not change
                 rec["evaluation"] = earlier["evaluation"]
             record.write(run_dir, rec)
@@ -64,8 +69,9 @@ class RowCallback(Callback):
             logger.warning(f"could not write the row's record: {e}")
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        run_dir = config.hydra.runtime.output_dir
         try:
-            self._record_ending(config, job_return)
+            self._record_ending(run_dir, job_return, config)
         except Exception as e:  # a broken record stops no other row
             logger.warning(f"could not record the row's ending: {e}")
         self._write_page(config)
@@ -75,72 +81,53 @@ class RowCallback(Callback):
         if path:
             print(f"results page: {path}")
 
-    # ------------------------------------------------------------------ helpers
-    def _record_ending(self, config: DictConfig, job_return: JobReturn) -> None:
-        run_dir = config.hydra.runtime.output_dir
-        rec = record.read(run_dir) or self._new_record(config, run_dir)
-        rec["training"] = record.training(run_dir, rec["config"])
+    def _record_ending(self, run_dir: str, job_return: JobReturn, config: DictConfig) -> None:
+        rec = record.read_record(run_dir) or {"format": record.FORMAT}
+        name = os.path.basename(os.path.normpath(run_dir))
         rec["ended"] = record.now()
         if job_return.status == JobStatus.COMPLETED:
-            try:
-                rec["evaluation"] = self._evaluation(rec, run_dir)
-                rec["status"] = "ended"
-            except Exception as e:
-                rec["status"], rec["error"] = "failed", f"evaluation: {e}"
+            rec.update(status="ended")
+            rec.pop("error", None)
+            record.write(run_dir, rec)
+            error = _evaluate(run_dir)
+            rec = record.read_record(run_dir) or rec
+            if error:
+                rec.update(status="failed", error=f"evaluation: {error}")
         else:
-            error = str(job_return._return_value).strip().splitlines() or ["?"]
-            rec["status"] = "failed"
-            rec["error"] = f"{type(job_return._return_value).__name__}: {error[-1]}"
+            rec.update(status="failed", error=one_line(job_return._return_value, config))
         record.write(run_dir, rec)
-        logger.info(f"row {rec['key']} gamma_0 {rec['gamma']}: {record.ending(rec)}")
-
-    def _new_record(self, config: DictConfig, run_dir: str) -> Dict:
-        job = copy.deepcopy(config)
-        with open_dict(job):
-            del job["hydra"]
-        cfg = OmegaConf.to_container(job, resolve=True, enum_to_str=True)
-        hydra = config.hydra
-        sources = [s.path for s in hydra.runtime.config_sources if s.provider == "command-line"]
-        sources = [os.path.relpath(p, hydra.runtime.cwd) for p in sources]  # as typed, mostly
-        overrides = [o for o in hydra.overrides.hydra if not o.startswith("hydra.mode=")]
-        overrides += list(hydra.overrides.task)
-        return {
-            "format": record.FORMAT,
-            "table": self.table,
-            "config_name": hydra.job.config_name,
-            "overrides": list(hydra.overrides.task),
-            "command": record.command(
-                sources[0] if sources else None, hydra.job.config_name, overrides
-            ),
-            "key": record.row_key(cfg["task"]),
-            "gamma": float(cfg["task"].get("noise_gamma", 0.0)),
-            "status": "training",
-            "started": record.now(),
-            "cpus": os.cpu_count(),  # of the machine the row runs on
-            "training": record.training(run_dir, cfg),
-            "config": cfg,
-        }
-
-    def _evaluation(self, rec: Dict, run_dir: str) -> Dict:
-        cfg = rec["config"]
-        checkpoint = os.path.join(cfg["checkpoint"]["save_dir"], "checkpoint_best.pt")
-        if not os.path.isfile(checkpoint):
-            raise FileNotFoundError(
-                f"{checkpoint} is missing: the training saved no best checkpoint"
-            )
-        stamp = os.path.getmtime(checkpoint)
-        if rec.get("evaluation", {}).get("checkpoint_mtime") == stamp:
-            return rec["evaluation"]  # this checkpoint was evaluated already
-        if cfg["task"]["_name"].endswith("translation"):
-            figures = evaluate.translation(cfg, run_dir, checkpoint, self.translation)
-        else:
-            figures = evaluate.language_model(cfg, run_dir, checkpoint)
-        figures["checkpoint_mtime"] = stamp
-        return figures
+        if rec["status"] == "failed":
+            logger.error(f"row {name}: failed: {rec['error']}")
+            return
+        row = record.read(run_dir)
+        logger.info(f"row {name}: {page.how(row) if row else 'ended'}")
 
     def _write_page(self, config: DictConfig) -> Optional[str]:
         try:
-            return page.write(config.hydra.sweep.dir, self.page, self.table)
+            return page.write(config.hydra.sweep.dir, self.page)
         except Exception as e:  # the page is rewritten by the next row, or by hand
-            logger.warning(f"could not write the results page: {e}")
+            logger.warning(f"could not write the results page: {type(e).__name__}: {e}")
             return None
+
+
+def _gpu() -> Optional[str]:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def _evaluate(run_dir: str) -> Optional[str]:
+    """Runs ``fairseq-noise-eval RUN_DIR`` in a process of its own (its output in the row's
+    ``eval.log``); the error's line, or None."""
+    log = os.path.join(run_dir, "eval.log")
+    with open(log, "w", encoding="utf-8") as f:
+        done = subprocess.run(
+            [sys.executable, "-m", "fairseq_noising.sweep.evaluate", run_dir],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
+    if done.returncode == 0:
+        return None
+    with open(log, encoding="utf-8", errors="replace") as f:
+        lines = [s for s in f.read().strip().splitlines() if s.strip()]
+    return (lines or [f"exit {done.returncode}"])[-1].strip()

@@ -1,98 +1,217 @@
-"""A row's evaluation of its ``checkpoint_best.pt``, run by the row when its training ends.
+"""A row's evaluation of its ``checkpoint_best.pt``, its figures at full precision, from fairseq's
+Python entry points and return values (never from printed output).
 
-Language models: stateful ``fairseq-eval-lm`` (``--stateful-bptt --batch-size 1``: every token
-with its whole left context) on valid and test. Translation: ``fairseq-validate`` (perplexity per
-target token on valid), ``fairseq-generate`` on test (beam search) and BLEU (:mod:`.bleu`). Each
-command runs in its own process (fairseq's console script as ``python -m``) with its output in the
-row's folder; the figures and the commands go into the row's record.
+    fairseq-noise-eval RUN_DIR [RUN_DIR ...]      (from the folder the sweep ran in)
+
+Language models: ``fairseq_cli.eval_lm.main`` with ``--stateful-bptt --batch-size 1`` (every
+token with its whole left context) on valid and test; it returns the loss in bits. Translation:
+perplexity per target token on valid (the model's log-probabilities of the references), beam
+search on test (fairseq's generator, as ``fairseq-generate`` runs it), BLEU of the detokenized
+hypotheses against the raw references (:mod:`.bleu`). The figures go into the row's record,
+with the fairseq commands that give the same figures with fairseq's own printing (rounded),
+written as they run from the sweep's folder. The row's callback runs this module in a process
+of its own when the row's training ends.
 """
 
+import argparse
+import math
 import os
-import re
 import shlex
-import subprocess
 import sys
 from typing import Dict, List
 
 from ..errors import NoisingError
-from . import bleu
+from . import bleu, record
 
-_EVAL_LM = re.compile(r"Perplexity: ([0-9.]+)")
-_VALIDATE = re.compile(r"valid on '[^']+' subset \|.*?\| ppl ([0-9.]+)")
-_SCRIPTS = {
-    "eval_lm": "fairseq-eval-lm",
-    "validate": "fairseq-validate",
-    "generate": "fairseq-generate",
-}
+BATCH = ["--batch-size", "64", "--required-batch-size-multiple", "1"]
 
 
-def _run(script: str, args: List[str], out: str, commands: List[str]) -> str:
-    """Runs ``fairseq-SCRIPT ARGS > out``; its output, or a NoisingError with its last line."""
-    commands.append(shlex.join([_SCRIPTS[script], *args]) + f" > {os.path.basename(out)}")
-    with open(out, "w", encoding="utf-8") as f:
-        done = subprocess.run(
-            [sys.executable, "-m", f"fairseq_cli.{script}", *args],
-            stdout=f,
-            stderr=subprocess.STDOUT,
-        )
-    with open(out, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    if done.returncode != 0:
-        last = text.strip().splitlines()[-1:] or ["(no output)"]
-        raise NoisingError(f"{_SCRIPTS[script]} failed (exit {done.returncode}): {last[0]}")
-    return text
-
-
-def _figure(pattern: re.Pattern, text: str, what: str) -> float:
-    found = pattern.findall(text)
-    if not found:
-        raise NoisingError(f"no {what} in the output of its evaluation")
-    return float(found[-1])
-
-
-def _common(cfg: Dict) -> List[str]:
+def _argv(cfg: Dict, checkpoint: str, cwd: str, shown: bool) -> List[str]:
+    """The arguments every evaluation shares: paths relative to ``cwd`` (the folder the sweep
+    ran in) for the page (``shown``), absolute to run them from anywhere."""
     task = cfg["task"]
-    args = [str(task["data"]), "--user-dir", cfg["common"]["user_dir"], "--task", task["_name"]]
+    where = cwd if os.path.isdir(cwd) else os.getcwd()  # a sweep folder copied elsewhere
+    paths = [os.path.join(where, str(p)) for p in (task["data"], cfg["common"]["user_dir"])]
+    paths.append(os.path.abspath(checkpoint))
+    if shown:
+        paths = [record.relative(p, where) for p in paths]
+    data, user_dir, path = paths
+    args = [data, "--user-dir", user_dir, "--task", task["_name"], "--path", path]
     return args + (["--cpu"] if cfg["common"].get("cpu") else [])
 
 
-def language_model(cfg: Dict, run_dir: str, checkpoint: str) -> Dict:
-    """Valid and test perplexity of stateful evaluation."""
+def _config(parser, argv: List[str]):
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    return convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
+
+
+def language_model(cfg: Dict, checkpoint: str, cwd: str) -> Dict:
+    """Valid and test perplexity of stateful evaluation (``eval_lm.main``'s loss, in bits)."""
+    from fairseq import options
+    from fairseq_cli import eval_lm
+
     figures: Dict = {"commands": []}
     block = str(cfg["task"].get("tokens_per_sample", 35))
     for split in ("valid", "test"):
-        args = _common(cfg) + ["--stateful-bptt", "--batch-size", "1", "--tokens-per-sample", block]
-        args += ["--path", checkpoint, "--gen-subset", split]
-        text = _run(
-            "eval_lm", args, os.path.join(run_dir, f"{split}.eval.log"), figures["commands"]
-        )
-        figures[f"{split}_ppl"] = _figure(_EVAL_LM, text, f"{split} perplexity")
+        more = ["--gen-subset", split, "--stateful-bptt", "--batch-size", "1"]
+        more += ["--tokens-per-sample", block]
+        argv = _argv(cfg, checkpoint, cwd, shown=False) + more
+        results = eval_lm.main(_config(options.get_eval_lm_parser(), argv))
+        figures[f"{split}_ppl"] = 2.0 ** float(results["loss"])
+        shown = _argv(cfg, checkpoint, cwd, shown=True) + more
+        figures["commands"].append(shlex.join(["fairseq-eval-lm", *shown]))
     return figures
 
 
-def translation(cfg: Dict, run_dir: str, checkpoint: str, options: Dict) -> Dict:
-    """Valid perplexity, test BLEU (and tok BLEU with a tokenized reference)."""
+def _batches(task, split: str, models, cfg):
+    from fairseq import utils
+
+    task.load_dataset(split)
+    return task.get_batch_iterator(
+        dataset=task.dataset(split),
+        max_tokens=cfg.dataset.max_tokens,
+        max_sentences=cfg.dataset.batch_size,
+        max_positions=utils.resolve_max_positions(
+            task.max_positions(), *[m.max_positions() for m in models]
+        ),
+        required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
+        seed=cfg.common.seed,
+    ).next_epoch_itr(shuffle=False)
+
+
+def translation(cfg: Dict, checkpoint: str, cwd: str, options: Dict, out_dir: str) -> Dict:
+    """Valid perplexity per target token, test BLEU (and tok BLEU with a tokenized reference)."""
+    import torch
+    from fairseq import checkpoint_utils, tasks, utils
+    from fairseq import options as fairseq_options
+    from fairseq_cli.generate import get_symbols_to_strip_from_output
+
     if not options.get("reference"):
         raise NoisingError(
             "hydra.callbacks.row.reference is not set: BLEU needs the raw test references"
         )
-    task, figures = cfg["task"], {"commands": []}
-    pair = ["--source-lang", str(task["source_lang"]), "--target-lang", str(task["target_lang"])]
-    batch = ["--batch-size", "64", "--required-batch-size-multiple", "1", "--path", checkpoint]
-    args = _common(cfg) + pair + batch + ["--valid-subset", "valid"]
-    text = _run("validate", args, os.path.join(run_dir, "valid.eval.log"), figures["commands"])
-    figures["valid_ppl"] = _figure(_VALIDATE, text, "validation perplexity")
-    args = _common(cfg) + pair + batch + ["--gen-subset", "test", "--beam", str(options["beam"])]
-    args += [str(a) for a in options.get("generate_args") or []]
-    generated = os.path.join(run_dir, "test.gen")
-    _run("generate", args, generated, figures["commands"])
-    scores = bleu.score(
-        generated,
-        options["reference"],
-        str(task["target_lang"]),
-        options.get("tokenizer") or "moses",
-        os.path.join(run_dir, "test.detok"),
-        options.get("tok_reference"),
+    task_cfg, figures = cfg["task"], {"commands": []}
+    pair = [
+        "--source-lang",
+        str(task_cfg["source_lang"]),
+        "--target-lang",
+        str(task_cfg["target_lang"]),
+    ]
+    more = ["--gen-subset", "test", "--beam", str(options["beam"])]
+    more += [str(a) for a in options.get("generate_args") or []]
+    gen = _config(
+        fairseq_options.get_generation_parser(),
+        _argv(cfg, checkpoint, cwd, shown=False) + pair + BATCH + more,
     )
-    figures.update(scores)
+    shown = _argv(cfg, checkpoint, cwd, shown=True) + pair + BATCH
+    utils.import_user_module(gen.common)
+    task = tasks.setup_task(gen.task)
+    models, _ = checkpoint_utils.load_model_ensemble([checkpoint], task=task)
+    for m in models:
+        m.eval()
+    tgt = task.target_dictionary
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for sample in _batches(task, "valid", models, gen):
+            lprobs = models[0].get_normalized_probs(
+                models[0](**sample["net_input"]), log_probs=True
+            )
+            target = sample["target"]
+            keep = target.ne(tgt.pad())
+            picked = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            nll -= float(picked[keep].double().sum())
+            count += int(keep.sum())
+    figures["valid_ppl"] = math.exp(nll / count)
+    figures["commands"].append(shlex.join(["fairseq-validate", *shown, "--valid-subset", "valid"]))
+    generator = task.build_generator(models, gen.generation)
+    strip = get_symbols_to_strip_from_output(generator)
+    hyps: Dict[int, str] = {}
+    with torch.no_grad():
+        for sample in _batches(task, "test", models, gen):
+            for i, hypos in enumerate(task.inference_step(generator, models, sample)):
+                _, text, _ = utils.post_process_prediction(
+                    hypo_tokens=hypos[0]["tokens"].int().cpu(),
+                    src_str="",
+                    alignment=None,
+                    align_dict=None,
+                    tgt_dict=tgt,
+                    remove_bpe=gen.common_eval.post_process,
+                    extra_symbols_to_ignore=strip,
+                )
+                hyps[int(sample["id"][i])] = text
+    figures["commands"].append(shlex.join(["fairseq-generate", *shown, *more]))
+    ordered = [hyps[i] for i in range(len(hyps))]
+    with open(os.path.join(out_dir, "test.hyp"), "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in ordered))
+    figures.update(
+        bleu.score(
+            ordered,
+            options["reference"],
+            str(task_cfg["target_lang"]),
+            options.get("tokenizer") or "moses",
+            os.path.join(out_dir, "test.detok"),
+            options.get("tok_reference"),
+        )
+    )
     return figures
+
+
+def evaluate_row(run_dir: str) -> Dict:
+    """Evaluates a row's ``checkpoint_best.pt`` and records the figures in its ``row.json``;
+    reuses the record's figures when the checkpoint has not changed since."""
+    from .. import models, optim, tasks  # noqa: F401  (registered with fairseq: in-process runs)
+
+    files = record.hydra_files(run_dir)
+    if files is None:
+        raise NoisingError(f"{run_dir} is no sweep row: .hydra/config.yaml is missing")
+    cfg, hydra = files["config"], files["hydra"]
+    cwd = hydra["runtime"]["cwd"]
+    rec = record.read_record(run_dir) or {"format": record.FORMAT, "status": "ended"}
+    checkpoint = os.path.join(run_dir, "checkpoint_best.pt")  # save_dir: the row's folder
+    if not os.path.isfile(checkpoint):
+        raise NoisingError(f"{checkpoint} is missing: the training saved no best checkpoint")
+    stamp = os.path.getmtime(checkpoint)
+    if (rec.get("evaluation") or {}).get("checkpoint_mtime") == stamp:
+        return rec["evaluation"]
+    if cfg["task"]["_name"].endswith("translation"):
+        opts = dict(((hydra.get("callbacks") or {}).get("row") or {}))
+        opts.setdefault("beam", 5)
+        figures = translation(cfg, checkpoint, cwd, opts, run_dir)
+    else:
+        figures = language_model(cfg, checkpoint, cwd)
+    figures.update(checkpoint_mtime=stamp, evaluated=record.now())
+    shown_dir = record.relative(
+        os.path.abspath(run_dir), cwd if os.path.isdir(cwd) else os.getcwd()
+    )
+    figures["commands"].insert(0, shlex.join(["fairseq-noise-eval", shown_dir]))
+    rec = record.read_record(run_dir) or rec  # the callback may have written meanwhile
+    rec["evaluation"] = figures
+    if rec.get("status") == "failed" and str(rec.get("error", "")).startswith("evaluation:"):
+        rec["status"] = "ended"  # the evaluation that had failed now ran
+        rec.pop("error")
+    record.write(run_dir, rec)
+    return figures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fairseq-noise-eval", description=__doc__.split("\n")[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a row's folder")
+    args = parser.parse_args(argv)
+    status = 0
+    for run_dir in args.run_dirs:
+        try:
+            figures = evaluate_row(run_dir)
+        except NoisingError as e:
+            print(f"fairseq-noise-eval: {run_dir}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        shown = {k: v for k, v in figures.items() if k.endswith("_ppl")}
+        shown.update({k: figures[k]["score"] for k in ("bleu", "tok_bleu") if k in figures})
+        print(f"{run_dir}: " + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

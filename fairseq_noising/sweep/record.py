@@ -1,23 +1,31 @@
-"""A sweep row's record: ``row.json`` in the row's run folder, written by the row itself
-(:class:`.callback.RowCallback`) when it starts and when it ends, read by the page writer.
+"""A sweep row: what it is, how far it got, how it ended, what it scored; read from its folder.
 
-A record holds what the row is (its Hydra config name, overrides and resolved config, its key
-``scheme[:side]`` and gamma_0), the command that reruns it, its ``status`` (``training``,
-``ended``, ``failed``), how far its training got (from fairseq's log, :func:`training`) and its
-evaluation. Nothing is recovered from command lines: the page reads these fields.
+A row's folder holds what Hydra, fairseq and the row itself write, and each fact is read from
+the one place that holds it:
+
+- ``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml`` (Hydra): the row's config, its
+  overrides, the folder the sweep ran in and the row callback's options (the table);
+- ``checkpoint_last.pt`` and the json log (fairseq): how far the training got (:mod:`.progress`);
+- ``row.json`` (the row's callback, :mod:`.callback`): its status (``training``, ``ended``,
+  ``failed`` with the error's line), when it started and ended, the process that runs it
+  (host, pid, SLURM job), the GPU, and its evaluation (:mod:`.evaluate`).
+
+:func:`read` puts them together into a plain dict, the page's input (:mod:`.page`). A row
+recorded ``training`` whose process is gone shows as ``stopped``.
 """
 
 import datetime
 import json
 import os
 import shlex
+import socket
+import subprocess
 from typing import Dict, List, Optional
 
-from ..analysis import logs
+from . import progress
 
 RECORD = "row.json"
-LOG = "hydra_train.log"  # what fairseq-hydra-train writes into the row's folder
-FORMAT = 1
+FORMAT = 2
 
 
 def now() -> str:
@@ -30,49 +38,206 @@ def row_key(task: Dict) -> str:
     return scheme if side == "both" else f"{scheme}:{side}"
 
 
-def command(config_dir: Optional[str], config_name: str, overrides: List[str]) -> str:
-    """The command that reruns (or resumes) the row."""
-    words = ["fairseq-hydra-train", "-m"]
-    if config_dir:
-        words += ["--config-dir", config_dir]
-    return shlex.join(words + ["--config-name", config_name, *overrides])
+# ---------------------------------------------------------------------------- row.json
+def write(run_dir: str, record: Dict) -> None:
+    path = os.path.join(run_dir, RECORD)
+    part = f"{path}.{os.getpid()}.part"  # one writer's own temporary file
+    with open(part, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    os.replace(part, path)
 
 
-def training(run_dir: str, cfg: Dict) -> Dict:
-    """How far the row's training got, from its log: epochs validated, fairseq's validation
-    perplexity per epoch, halvings, learning rate, why it stopped, wall time, GPU."""
-    path = os.path.join(run_dir, LOG)
-    log = logs.read_log(path) if os.path.isfile(path) else logs.RunLog()
-    halving = cfg.get("lr_scheduler", {}).get("_name") == "paper_halving"
+def read_record(run_dir: str) -> Optional[Dict]:
+    """``row.json`` (format 2; an earlier format keeps its status and times, not its figures)."""
+    try:
+        with open(os.path.join(run_dir, RECORD), encoding="utf-8") as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or "status" not in rec:
+        return None
+    if rec.get("format") != FORMAT:
+        rec = {k: rec[k] for k in ("status", "started", "ended", "error", "cpus") if k in rec}
+        rec["format"] = FORMAT
+    return rec
+
+
+def this_process() -> Dict:
+    """Where the calling process runs: host, pid and its start time, SLURM job, cores."""
+    proc = {"host": socket.gethostname(), "pid": os.getpid(), "cpus": os.cpu_count()}
+    proc["pid_start"] = _start_time(os.getpid())
+    if os.environ.get("SLURM_JOB_ID"):
+        proc["slurm_job"] = os.environ["SLURM_JOB_ID"]
+    return proc
+
+
+def _start_time(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat``, field 22), which
+    tells a pid reused by another process apart; None where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(proc: Optional[Dict]) -> Optional[bool]:
+    """Whether the process (or SLURM job) that runs a row still runs; None if this machine
+    cannot tell (another host, no squeue)."""
+    if not proc:
+        return None
+    if proc.get("slurm_job"):
+        try:
+            out = subprocess.run(
+                ["squeue", "-h", "-j", str(proc["slurm_job"]), "-o", "%T"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.returncode == 0 and bool(out.stdout.strip())
+    if proc.get("host") != socket.gethostname():
+        return None
+    start = _start_time(int(proc["pid"]))
+    if start is None:
+        return False
+    return proc.get("pid_start") in (None, start)
+
+
+# ---------------------------------------------------------------------------- Hydra's files
+def hydra_files(run_dir: str) -> Optional[Dict]:
+    """The row's resolved config (less ``hydra``), its task overrides and Hydra's own config
+    (``hydra.runtime.cwd``, the callbacks' options), from the ``.hydra`` folder Hydra wrote."""
+    from omegaconf import OmegaConf
+
+    folder = os.path.join(run_dir, ".hydra")
+    try:
+        with open(os.path.join(folder, "config.yaml"), encoding="utf-8") as f:
+            # ${hydra:runtime.output_dir} reads Hydra's config of the running job; here it is the
+            # hydra node that Hydra wrote beside it
+            cfg = OmegaConf.create(f.read().replace("${hydra:", "${hydra."))
+        hydra = OmegaConf.load(os.path.join(folder, "hydra.yaml"))
+        overrides = OmegaConf.load(os.path.join(folder, "overrides.yaml"))
+        both = OmegaConf.merge(cfg, hydra)
+        config = {
+            k: OmegaConf.to_container(both[k], resolve=True, enum_to_str=True)
+            if OmegaConf.is_config(both[k])
+            else both[k]
+            for k in cfg
+        }
+    except Exception:  # missing, damaged, or an interpolation that no longer resolves
+        return None
     return {
-        "epochs": len(log.valid_ppl),
-        "epochs_done": round(log.epochs_done, 3),
-        "valid_ppl": {str(e): p for e, p in sorted(log.valid_ppl.items())},
-        "train_ppl": {str(e): p for e, p in sorted(log.train_ppl.items())},
-        "halvings": (log.halving[0] if log.halving else log.halvings) if halving else None,
-        "max_halvings": cfg.get("lr_scheduler", {}).get("halvings") if halving else None,
-        "lr": log.current_lr,
-        "stop": log.stop,
-        "wall_seconds": log.wall_seconds,
-        "gpu": log.gpu,
+        "config": config,
+        "overrides": [str(o) for o in overrides],
+        "hydra": OmegaConf.to_container(hydra.hydra, resolve=False),
     }
 
 
-def ending(record: Dict) -> str:
-    """How the row's training ended, or where it is: ``protocol`` (the halvings, patience, or
-    --max-epoch of a run without paper_halving), ``time`` (the time budget), ``max_update``,
-    ``max_epoch`` (a cap that cut paper_halving short), ``failed``, ``training``."""
-    if record["status"] in ("training", "failed"):
-        return record["status"]
-    stop, halving = record["training"]["stop"], record["training"]["halvings"] is not None
-    if stop in ("halvings", "patience") or (stop is None and not halving):
+def command(hydra: Dict, overrides: List[str], cwd: str) -> str:
+    """The command that reruns (or resumes) the row, run from the sweep's folder ``cwd``."""
+    words = ["fairseq-hydra-train", "-m"]
+    for path in _config_dirs(hydra):
+        words += ["--config-dir", relative(path, cwd)]
+    words += ["--config-name", hydra["job"]["config_name"]]
+    given = [o for o in hydra["overrides"]["hydra"] if not o.startswith("hydra.mode=")]
+    for o in given + list(overrides):
+        key, eq, value = o.partition("=")
+        if eq and os.path.isabs(value):
+            o = f"{key}={relative(value, cwd)}"
+        words.append(o)
+    return shlex.join(words)
+
+
+def _config_dirs(hydra: Dict) -> List[str]:
+    """The config folders given on the command line (``--config-dir``)."""
+    sources = hydra["runtime"].get("config_sources") or []
+    return [s["path"] for s in sources if s.get("provider") == "command-line"]
+
+
+def relative(path: str, cwd: str) -> str:
+    """``path`` as seen from ``cwd`` (the folder the sweep ran in), never absolute."""
+    return os.path.relpath(path, cwd) if os.path.isabs(path) else path
+
+
+# ---------------------------------------------------------------------------- the row
+def read(run_dir: str) -> Optional[Dict]:
+    """The row of a run folder (None: no row), for the page: ``name``, ``run_dir``, ``key``,
+    ``gamma``, ``seed``, ``config``, ``command``, ``cwd``, ``table``, ``status``, ``training``
+    (:func:`.progress.training`), ``evaluation``, ``error``, and ``where`` for a row that
+    stopped. A folder whose files cannot be read is a row with status ``unreadable``."""
+    rec = read_record(run_dir)
+    files = hydra_files(run_dir)
+    if rec is None and files is None:
+        return None
+    row = {"name": os.path.basename(os.path.normpath(run_dir)), "run_dir": run_dir}
+    row.update(rec or {"status": "training"})
+    if files is None:
+        row.update(status="unreadable", error=f"{run_dir}/.hydra holds no readable config")
+        return row
+    cfg, hydra = files["config"], files["hydra"]
+    cwd = hydra["runtime"]["cwd"]
+    task = cfg.get("task") or {}
+    sources = [s["path"] for s in hydra["runtime"].get("config_sources") or []]
+    sources = [
+        p
+        for s, p in zip(hydra["runtime"]["config_sources"], sources)
+        if s.get("provider") == "command-line"
+    ]
+    row.update(
+        config=cfg,
+        cwd=cwd,
+        config_name=hydra["job"]["config_name"],
+        config_dir=sources[0] if sources else None,
+        key=row_key(task),
+        gamma=_float(task.get("noise_gamma"), 0.0),
+        seed=(cfg.get("common") or {}).get("seed"),
+        command=command(hydra, files["overrides"], cwd),
+        table=((hydra.get("callbacks") or {}).get("row") or {}).get("table"),
+    )
+    row["training"] = progress.training(run_dir, cfg)
+    if row["status"] == "training" and alive(row.get("process")) is False:
+        row["status"] = "stopped"
+    return row
+
+
+def _float(value, default: float) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def read_sweep(sweep_dir: str) -> List[Dict]:
+    """The rows of a sweep folder (its sub-folders with a record or Hydra's files)."""
+    rows = []
+    for name in sorted(os.listdir(sweep_dir)):
+        run_dir = os.path.join(sweep_dir, name)
+        row = read(run_dir) if os.path.isdir(run_dir) else None
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def ending(row: Dict) -> str:
+    """How the row's training ended, or where it is: ``protocol`` (a validation-driven rule
+    ended it: all halvings trained, or patience), ``time`` (the time budget), ``max_update``,
+    ``max_epoch`` (an epoch count capped it), ``stopped`` (its process is gone), ``failed``,
+    ``unreadable``, ``training``; ``ended`` for a training that ended for no reason its facts
+    show (another scheduler's minimum learning rate, say)."""
+    status = row["status"]
+    if status in ("training", "failed", "stopped", "unreadable"):
+        return status
+    stop = row["training"]["stop"]
+    if stop in ("halvings", "patience"):
         return "protocol"
-    return stop or "max_epoch"
+    return stop or "ended"
 
 
-def where(record: Dict) -> str:
+def where(row: Dict) -> str:
     """``epoch 3 (40% of it), lr 0.5, 1 of 8 halvings``: where the training is or stopped."""
-    t = record["training"]
+    t = row["training"]
     done = t["epochs_done"]
     text = (
         f"epoch {int(done) + 1} ({done % 1:.0%} of it)" if done % 1 else f"after epoch {int(done)}"
@@ -82,34 +247,3 @@ def where(record: Dict) -> str:
     if t["halvings"] is not None:
         text += f", {t['halvings']} of {t['max_halvings']} halvings"
     return text
-
-
-def write(run_dir: str, record: Dict) -> None:
-    path = os.path.join(run_dir, RECORD)
-    with open(path + ".part", "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-    os.replace(path + ".part", path)
-
-
-def read(run_dir: str) -> Optional[Dict]:
-    try:
-        with open(os.path.join(run_dir, RECORD), encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return record if record.get("format") == FORMAT else None
-
-
-def read_sweep(sweep_dir: str) -> List[Dict]:
-    """The records of a sweep folder's rows (one folder down), those still training brought up to
-    date from their logs."""
-    records = []
-    for name in sorted(os.listdir(sweep_dir)):
-        run_dir = os.path.join(sweep_dir, name)
-        record = read(run_dir) if os.path.isdir(run_dir) else None
-        if record is not None:
-            record["run_dir"] = run_dir
-            if record["status"] == "training":
-                record["training"] = training(run_dir, record["config"])
-            records.append(record)
-    return records

@@ -12,7 +12,6 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
-from .. import fairseq_compat
 from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
@@ -83,7 +82,6 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
 
     @classmethod
     def setup_task(cls, args, **kwargs):
-        fairseq_compat.forget_best_validation_value()  # a new training: its own best
         noising.check_gamma(args.noise_gamma, "--noise-gamma")
         return super().setup_task(args, **kwargs)
 

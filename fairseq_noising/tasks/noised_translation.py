@@ -11,7 +11,6 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from .. import fairseq_compat
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
 from . import noising_config as noising
@@ -50,7 +49,6 @@ class NoisedTranslationTask(TranslationTask):
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
-        fairseq_compat.forget_best_validation_value()  # a new training: its own best
         for flag in ("noise_gamma", "noise_gamma_source", "noise_gamma_target"):
             noising.check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
         data_dir = noising.check_data_dir(cfg.data)

@@ -5,58 +5,64 @@ from typing import Dict
 
 from ...analysis import logs, plots
 from ...errors import NoisingError
+from ...sweep import record
 from .common import add_output_args, draw, find_logs, print_table, split_label
 
 
 def add_parser(sub):
     p = sub.add_parser("curves", help="training and validation perplexity per epoch (Figure 1)")
-    p.add_argument("logs", nargs="+", metavar="LOG", help="fairseq training logs ([LABEL=]PATH)")
-    p.add_argument("--valid-subset", default="valid")
+    p.add_argument(
+        "logs",
+        nargs="+",
+        metavar="RUN",
+        help="a sweep row's folder, or a fairseq training log ([LABEL=]PATH)",
+    )
+    p.add_argument("--valid-subset", default="valid", help="for logs: the validation subset")
     add_output_args(p)
     p.set_defaults(run=run)
 
 
-def read_run(arg: str, valid_subset: str):
-    """(label, RunLog) of one ``[LABEL=]PATH`` argument, a log or a run directory."""
+def read_run(arg: str, valid_subset: str) -> tuple:
+    """(label, {"path", "scheme", "gamma", "train_ppl", "valid_ppl"}) of one ``[LABEL=]PATH``: a
+    sweep row (its record: the row's scheme and gamma_0 label it), or a log (labelled by its
+    name)."""
     label, path = split_label(arg)
-    name = None
-    if os.path.isdir(path):
-        found = find_logs(path)
-        if not found:
-            raise NoisingError(f"{path} holds no *.log file")
-        name = os.path.basename(os.path.normpath(path))
-        path = found[0]
-    if not os.path.isfile(path):
-        raise NoisingError(f"{path} does not exist")
-    run = logs.read_log(path, subset=valid_subset)
-    if not run.train_ppl and not run.valid_ppl:
+    row = record.read(path) if os.path.isdir(path) else None
+    if row is not None and row["status"] != "unreadable":
+        t = row["training"]
+        series = [
+            {int(e): p for e, p in t[k].items() if p is not None}
+            for k in ("train_ppl", "valid_ppl")
+        ]
+        run = dict(path=path, scheme=row["key"], gamma=row["gamma"])
+        label = label or f"{row['name']} ({row['key']} {row['gamma']:g})"
+    else:
+        name = None
+        if os.path.isdir(path):
+            found = find_logs(path)
+            if not found:
+                raise NoisingError(f"{path} holds no *.log file and no sweep row")
+            name, path = os.path.basename(os.path.normpath(path)), found[0]
+        if not os.path.isfile(path):
+            raise NoisingError(f"{path} does not exist")
+        log = logs.read_log(path, subset=valid_subset)
+        series = [log.train_ppl, log.valid_ppl]
+        run = dict(path=path, scheme=None, gamma=None)
+        label = label or name or os.path.splitext(os.path.basename(path))[0]
+    if not any(series):
         raise NoisingError(f"{path} holds no end-of-epoch perplexity")
-    if label is None:
-        label = name or os.path.splitext(os.path.basename(path))[0]
-        if run.noise_scheme:
-            label += f" ({run.noise_scheme} {run.noise_gamma:g})"
+    run.update(train_ppl=series[0], valid_ppl=series[1])
+    run["best_valid_ppl"] = min(series[1].values()) if series[1] else None
     return label, run
 
 
 def run(args) -> Dict:
     runs = dict(read_run(arg, args.valid_subset) for arg in args.logs)
     rows = [
-        [label, e, run.train_ppl.get(e), run.valid_ppl.get(e)]
-        for label, run in runs.items()
-        for e in sorted(set(run.train_ppl) | set(run.valid_ppl))
+        [label, e, r["train_ppl"].get(e), r["valid_ppl"].get(e)]
+        for label, r in runs.items()
+        for e in sorted(set(r["train_ppl"]) | set(r["valid_ppl"]))
     ]
     print_table(["run", "epoch", "train ppl", "valid ppl"], rows)
-    draw(args, plots.curves, {k: (r.train_ppl, r.valid_ppl) for k, r in runs.items()})
-    return {
-        "runs": {
-            k: {
-                "path": r.path,
-                "scheme": r.noise_scheme,
-                "gamma": r.noise_gamma,
-                "train_ppl": r.train_ppl,
-                "valid_ppl": r.valid_ppl,
-                "best_valid_ppl": r.best_valid_ppl,
-            }
-            for k, r in runs.items()
-        }
-    }
+    draw(args, plots.curves, {k: (r["train_ppl"], r["valid_ppl"]) for k, r in runs.items()})
+    return {"runs": runs}

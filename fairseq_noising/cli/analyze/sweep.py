@@ -6,6 +6,7 @@ from typing import Dict, List
 
 from ...analysis import logs, plots
 from ...errors import NoisingError
+from ...sweep import record
 from .common import add_output_args, draw, find_logs, print_table, split_label
 
 SCHEME_GAMMA = re.compile(r"^([A-Za-z_]+):([0-9.eE+-]+)$")
@@ -17,7 +18,8 @@ def add_parser(sub):
         "runs",
         nargs="+",
         metavar="RUN",
-        help="fairseq log, checkpoint_best.pt or run directory; [SCHEME:GAMMA=]PATH",
+        help="a sweep row's folder, a checkpoint_best.pt, a run folder or a fairseq log "
+        "(a log is named SCHEME:GAMMA=PATH)",
     )
     add_output_args(p)
     p.set_defaults(run=run)
@@ -40,41 +42,54 @@ def _from_checkpoint(path: str):
 
 
 def _from_log(path: str):
-    """(scheme, gamma, best valid ppl) of a fairseq training log (scheme None if not logged)."""
-    run = logs.read_log(path)
-    if run.best_valid_ppl is None:
-        raise NoisingError(f"{path} holds no \"valid on 'valid' subset\" line")
-    return run.noise_scheme, run.noise_gamma, run.best_valid_ppl
+    """(None, None, best valid ppl) of a fairseq training log: a log does not say its scheme."""
+    best = logs.read_log(path).best_valid_ppl
+    if best is None:
+        raise NoisingError(f"{path} holds no validation perplexity")
+    return None, None, best
+
+
+def _from_row(row: Dict):
+    """(scheme key, gamma, valid ppl) of a sweep row: its evaluation, else fairseq's best."""
+    valid = (row.get("evaluation") or {}).get("valid_ppl")
+    if valid is None:
+        seen = [p for p in row["training"]["valid_ppl"].values() if p is not None]
+        if not seen:
+            raise NoisingError(f"{row['run_dir']}: the row has no validation yet")
+        valid = min(seen)
+    return row["key"], row["gamma"], valid
 
 
 def sweep_point(arg: str) -> Dict:
-    """(scheme, gamma, best valid ppl) of one run: a log, a checkpoint or a run directory."""
+    """(scheme, gamma, best valid ppl) of one run: a sweep row, a checkpoint, a run folder (its
+    checkpoint_best.pt, else its log) or a log."""
     label, path = split_label(arg)
     scheme = gamma = None
     named = SCHEME_GAMMA.match(label) if label else None
     if named:
         scheme, gamma = named.group(1), float(named.group(2))
-    if os.path.isdir(path):
-        found = find_logs(path)
-        best_ckpt = os.path.join(path, "checkpoint_best.pt")
-        if found:
-            path = found[0]
-        elif os.path.isfile(best_ckpt):
-            path = best_ckpt
-        else:
-            raise NoisingError(f"{path} holds no *.log file nor checkpoint_best.pt")
-    if not os.path.isfile(path):
-        raise NoisingError(f"{path} does not exist")
-    source = "checkpoint" if path.endswith(".pt") else "log"
-    stored_scheme, stored_gamma, ppl = (_from_checkpoint if source == "checkpoint" else _from_log)(
-        path
-    )
+    row = record.read(path) if os.path.isdir(path) else None
+    if row is not None and row["status"] != "unreadable":
+        source, (stored_scheme, stored_gamma, ppl) = "row", _from_row(row)
+    else:
+        if os.path.isdir(path):
+            best_ckpt = os.path.join(path, "checkpoint_best.pt")
+            found = find_logs(path)
+            if os.path.isfile(best_ckpt):
+                path = best_ckpt
+            elif found:
+                path = found[0]
+            else:
+                raise NoisingError(f"{path} holds no sweep row, checkpoint_best.pt nor *.log file")
+        if not os.path.isfile(path):
+            raise NoisingError(f"{path} does not exist")
+        source = "checkpoint" if path.endswith(".pt") else "log"
+        read = _from_checkpoint if source == "checkpoint" else _from_log
+        stored_scheme, stored_gamma, ppl = read(path)
     scheme = scheme or stored_scheme
     gamma = gamma if gamma is not None else stored_gamma
     if scheme is None or gamma is None:
-        raise NoisingError(
-            f"{path} does not say its noising scheme; pass it as SCHEME:GAMMA={path}"
-        )
+        raise NoisingError(f"a log does not say its noising scheme: pass it as SCHEME:GAMMA={path}")
     return {"path": path, "scheme": scheme, "gamma": gamma, "best_valid_ppl": ppl, "source": source}
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Install fairseq-noising on a machine without internet: build a wheelhouse, install from it.
 
-    python recipes/wheelhouse.py build DIR [--python-version 3.12] [--platform PLAT]
+    python tools/wheelhouse.py build DIR [--python-version 3.12] [--platform PLAT]
                                            [--with-torch torch==2.13.0 | --with-torch FILE.whl]
-    python recipes/wheelhouse.py install DIR [--python PY | --venv DIR]
+    python tools/wheelhouse.py install DIR [--python PY | --venv DIR]
 
 ``build`` (needs a package index) puts into DIR a wheel of the plugin and of all it needs but
 torch, for one Python version and manylinux platform, as ``pip download --only-binary=:all:

@@ -3,8 +3,8 @@
 # the tests use it too). Needs root and Debian's packages:
 #   apt-get install slurmctld slurmd slurm-client munge
 #
-#   bash recipes/slurm_local.sh start STATE_DIR   # then run the printed `export SLURM_CONF=...`
-#   bash recipes/slurm_local.sh stop STATE_DIR
+#   bash tools/slurm_local.sh start STATE_DIR   # then run the printed `export SLURM_CONF=...`
+#   bash tools/slurm_local.sh stop STATE_DIR
 #
 # start writes STATE_DIR/slurm.conf (one node: this host, all its cores; partition "local"), starts
 # munged (when none answers on the default socket; its socket is then in STATE_DIR), slurmctld and

@@ -1,0 +1,410 @@
+"""A sweep row read from its folder (fairseq_noising/sweep/record.py, progress.py, tables.py,
+callback.py): the facts come from the files Hydra, fairseq and the row write, built here by hand.
+
+Oracles: Hydra's files and fairseq's checkpoint and json log as written here (a checkpoint is the
+dict fairseq saves, with the keys fairseq writes), the paper's halving rule applied by hand to the
+validations written here, fairseq's stop tests applied by hand, /proc (a process that has exited),
+omegaconf's own error for a bad value of a fairseq dataclass, and fairseq's index writer.
+"""
+
+import json
+import multiprocessing
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from fairseq_noising.sweep import callback, page, record, tables
+
+CWD = "/home/u/repo"  # the folder the sweep ran in, as Hydra recorded it
+
+
+def write_row(
+    run_dir: Path,
+    *,
+    scheduler="paper_halving",
+    halvings=2,
+    max_epoch=200,
+    max_update=0,
+    hours=0.0,
+    patience=-1,
+    log=(),
+    saved=None,
+    table=None,
+):
+    """A row's folder: Hydra's three files (with the interpolations a sweep's config has), its
+    json log (``log``: (tag, record) pairs) and, with ``saved``, a checkpoint_last.pt."""
+    hydra_dir = run_dir / ".hydra"
+    hydra_dir.mkdir(parents=True)
+    (hydra_dir / "config.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            task:
+              _name: noised_language_modeling
+              data: data-bin/ptb
+              noise_scheme: kn
+              noise_gamma: 0.2
+            common:
+              user_dir: ${{hydra:runtime.cwd}}/fairseq_noising
+              seed: 2
+              log_format: json
+            checkpoint:
+              save_dir: ${{hydra:runtime.output_dir}}
+              best_checkpoint_metric: loss
+              maximize_best_checkpoint_metric: false
+              patience: {patience}
+            optimization:
+              lr: [1.0]
+              max_epoch: {max_epoch}
+              max_update: {max_update}
+              stop_time_hours: {hours}
+            lr_scheduler:
+              _name: {scheduler}
+              halvings: {halvings}
+              halving_threshold: null
+              lr_shrink: 0.5
+            """
+        )
+    )
+    hydra = {
+        "hydra": {
+            "run": {"dir": "outputs/${now:%Y-%m-%d}"},  # Hydra's own: never resolved here
+            "runtime": {
+                "cwd": CWD,
+                "output_dir": str(run_dir),
+                "config_sources": [
+                    {"path": "pkg://hydra.conf", "schema": "pkg", "provider": "hydra"},
+                    {"path": f"{CWD}/recipes/config", "schema": "file", "provider": "command-line"},
+                ],
+            },
+            "job": {"config_name": "ptb_small"},
+            "overrides": {
+                "hydra": [f"hydra.sweep.dir={CWD}/runs/x", "hydra.mode=MULTIRUN"],
+                "task": ["task={noise_scheme:kn,noise_gamma:0.2}", f"task.data={CWD}/data-bin/ptb"],
+            },
+            "callbacks": {"row": {"_target_": "x", "table": table}},
+        }
+    }
+    (hydra_dir / "hydra.yaml").write_text(json.dumps(hydra))  # JSON is YAML
+    overrides = hydra["hydra"]["overrides"]["task"]
+    (hydra_dir / "overrides.yaml").write_text(json.dumps(overrides))
+    lines = [f"[2026-11-26 05:39:16,536][{tag}][INFO] - {json.dumps(rec)}\n" for tag, rec in log]
+    (run_dir / "hydra_train.log").write_text(
+        "[x][fairseq_cli.train][INFO] - {'_name': None}\n" + "".join(lines)
+    )
+    if saved is not None:
+        torch.save(saved, run_dir / "checkpoint_last.pt")
+    return run_dir
+
+
+def checkpoint(validations, epoch, inside=0, val_loss=None, updates=100, seconds=60.0):
+    """What fairseq saves: the scheduler's state in the optimizer history, the epoch iterator's
+    position (at the end of epoch e it names epoch e + 1), the last validation's value, the
+    cumulative training time."""
+    return {
+        "model": {"w": torch.zeros(2)},
+        "optimizer_history": [
+            {
+                "lr_scheduler_state": {
+                    "version": 3,
+                    "validations": validations,
+                    "best_params": None,
+                },
+                "num_updates": updates,
+            }
+        ],
+        "extra_state": {
+            "train_iterator": {"epoch": epoch, "iterations_in_epoch": inside, "version": 2},
+            "val_loss": val_loss,
+            "previous_training_time": seconds,
+        },
+    }
+
+
+def v(epoch, loss):
+    return {"epoch": epoch, "loss": loss, "updates": 10 * epoch, "inside": False}
+
+
+def valid(epoch, loss, ppl):
+    return ("valid", {"epoch": epoch, "valid_loss": str(loss), "valid_ppl": str(ppl)})
+
+
+def train(epoch, ppl, lr, updates):
+    rec = {"epoch": epoch, "train_ppl": str(ppl), "train_lr": str(lr)}
+    return ("train", dict(rec, train_num_updates=str(updates)))
+
+
+# the plateau rule with 2 halvings, by hand: 5 first, 4 improves, 4.5 worse (halving 1),
+# 4.2 worse (halving 2), then 4.3 worse: the third decision after the last halving ends it
+HALVED = [v(1, 5.0), v(2, 4.0), v(3, 4.5), v(4, 4.2)]
+LOG = [valid(1, 5.0, 32.0), train(1, 60.0, 1, 10), valid(2, 4.0, 16.0), train(2, 20.0, 1, 20)]
+LOG += [valid(3, 4.5, 22.6), train(3, 18.0, 0.5, 30), valid(4, 4.2, 18.4), train(4, 17.0, 0.25, 40)]
+LOG += [valid(5, 4.3, 19.7), train(5, 16.5, 0.25, 50)]
+
+
+def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_checkpoint(tmp_path):
+    # the last decision is missing from the saved state (fairseq saves before it hands the
+    # scheduler the loss): its value is extra_state's val_loss, replayed
+    saved = checkpoint(HALVED, epoch=6, val_loss=4.3, updates=50, seconds=321.5)
+    row = record.read(str(write_row(tmp_path / "kn", log=LOG, saved=saved)))
+    t = row["training"]
+    assert (t["halvings"], t["max_halvings"], t["stop"], t["lr"]) == (2, 2, "halvings", 0.0)
+    assert record.ending(dict(row, status="ended")) == "protocol"
+    assert t["epochs"] == 5 and t["epochs_done"] == 5.0 and t["wall_seconds"] == 321.5
+    assert t["valid_ppl"] == {"1": 32.0, "2": 16.0, "3": 22.6, "4": 18.4, "5": 19.7}
+    assert t["train_ppl"]["5"] == 16.5 and t["resume_at"] == "the end of epoch 5"
+    # saved inside epoch 5 (no val_loss to replay): two halvings, the protocol goes on
+    inside = checkpoint(HALVED, epoch=5, inside=3, updates=43)
+    row = record.read(str(write_row(tmp_path / "kn2", log=LOG[:-2], saved=inside)))
+    assert (row["training"]["halvings"], row["training"]["stop"]) == (2, None)
+    assert row["training"]["resume_at"] == "update 43 inside epoch 5"
+
+
+@pytest.mark.parametrize(
+    "settings, saved, expected",
+    [
+        # a fixed rate for an epoch count: the last epoch is a cap, not the protocol's end
+        (dict(scheduler="fixed", max_epoch=5), checkpoint([], epoch=6), "max_epoch"),
+        # patience 2: 5, 4, then 4.5 and 4.2 without beating 4 (fairseq's count reaches 2)
+        (dict(scheduler="fixed", patience=2), checkpoint([], epoch=6), "patience"),
+        # patience 3 is not reached by those: no fact says why it ended
+        (dict(scheduler="fixed", patience=3), checkpoint([], epoch=6), None),
+        (dict(scheduler="fixed", hours=0.05), checkpoint([], epoch=6, seconds=180.5), "time"),
+        (dict(scheduler="fixed", hours=0.05), checkpoint([], epoch=6, seconds=179.0), None),
+        (dict(scheduler="fixed", max_update=50), checkpoint([], epoch=6, updates=50), "max_update"),
+        # paper_halving cut short by --max-epoch: a cap
+        (dict(max_epoch=5), checkpoint(HALVED[:2], epoch=6, val_loss=4.5), "max_epoch"),
+    ],
+)
+def test_how_a_training_stopped_follows_fairseqs_stop_tests(tmp_path, settings, saved, expected):
+    log = LOG[:4] + [valid(3, 4.5, 22.6), valid(4, 4.2, 18.4)] + LOG[9:]
+    row = record.read(str(write_row(tmp_path / "r", log=log, saved=saved, **settings)))
+    assert row["training"]["stop"] == expected
+    ending = record.ending(dict(row, status="ended"))
+    assert ending == {None: "ended", "patience": "protocol"}.get(expected, expected)
+
+
+def test_a_row_reads_its_config_from_hydras_files_and_its_commands_are_relative(tmp_path):
+    table = {"title": "T", "paper": {"kn": [1, 2]}}
+    row = record.read(str(write_row(tmp_path / "kn", log=LOG[:2], table=table)))
+    assert row["config"]["checkpoint"]["save_dir"] == str(tmp_path / "kn")
+    assert row["config"]["common"]["user_dir"] == f"{CWD}/fairseq_noising"
+    assert (row["key"], row["gamma"], row["seed"], row["cwd"]) == ("kn", 0.2, 2, CWD)
+    assert (row["config_name"], row["config_dir"], row["table"]) == (
+        "ptb_small",
+        f"{CWD}/recipes/config",
+        table,
+    )
+    assert shlex.split(row["command"]) == [
+        "fairseq-hydra-train", "-m", "--config-dir", "recipes/config", "--config-name",
+        "ptb_small", "hydra.sweep.dir=runs/x", "task={noise_scheme:kn,noise_gamma:0.2}",
+        "task.data=data-bin/ptb",
+    ]  # fmt: skip
+    # a folder whose Hydra files are gone is a row that says so
+    (tmp_path / "kn" / ".hydra" / "config.yaml").unlink()
+    record.write(str(tmp_path / "kn"), {"format": 2, "status": "ended"})
+    broken = record.read(str(tmp_path / "kn"))
+    assert broken["status"] == "unreadable" and ".hydra holds no readable config" in broken["error"]
+
+
+def test_a_row_whose_process_is_gone_is_stopped(tmp_path, monkeypatch):
+    run_dir = write_row(tmp_path / "kn", log=LOG[:2])
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    gone = {"host": record.socket.gethostname(), "pid": int(done.stdout), "pid_start": "1"}
+    cases = [
+        (record.this_process(), "training"),  # this test's own process runs
+        (gone, "stopped"),  # exited
+        (dict(record.this_process(), pid_start="1"), "stopped"),  # the pid is another's now
+        (dict(gone, host="elsewhere"), "training"),  # this machine cannot tell
+    ]
+    for proc, status in cases:
+        record.write(str(run_dir), {"format": 2, "status": "training", "process": proc})
+        assert record.read(str(run_dir))["status"] == status, proc
+    # a SLURM job: squeue lists it while it runs
+    squeue = tmp_path / "bin" / "squeue"
+    squeue.parent.mkdir()
+    for listed, status in (("RUNNING", "training"), ("", "stopped")):
+        squeue.write_text(f"#!/bin/sh\necho '{listed}'\n")
+        squeue.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{squeue.parent}:{os.environ['PATH']}")
+        record.write(
+            str(run_dir), {"format": 2, "status": "training", "process": {"slurm_job": "7"}}
+        )
+        assert record.read(str(run_dir))["status"] == status
+
+
+def test_a_bad_value_fails_with_one_line_naming_the_field_the_value_and_what_was_expected():
+    from fairseq.dataclass.utils import merge_with_parent
+    from omegaconf import OmegaConf
+
+    import fairseq_noising.tasks  # noqa: F401
+    from fairseq_noising.tasks.noised_language_modeling import NoisedLanguageModelingConfig
+
+    config = OmegaConf.create({"task": {"noise_scheme": "bogus"}, "common": {"seed": 1}})
+    with pytest.raises(Exception) as raised:
+        merge_with_parent(NoisedLanguageModelingConfig(), config.task)
+    line = callback.one_line(raised.value, config)
+    assert "\n" not in line
+    assert line.startswith(
+        "ValidationError: task.noise_scheme: Invalid value 'bogus', expected one of ["
+    )
+    assert "kn" in line.split("expected one of", 1)[1]
+
+
+def _write_pages(sweep_dir, n, errors, trace):
+    """Writes the page ``n`` times; each render notes when it starts and ends in ``trace``."""
+    import time
+
+    render = page.render
+
+    def traced(*args, **kwargs):
+        with open(trace, "a") as f:
+            f.write(f"start {os.getpid()}\n")
+        time.sleep(0.02)  # a page that takes a while: writers would overlap here
+        text = render(*args, **kwargs)
+        with open(trace, "a") as f:
+            f.write(f"end {os.getpid()}\n")
+        return text
+
+    page.render = traced
+    try:
+        for _ in range(n):
+            page.write(sweep_dir)
+    except Exception as e:  # what the test looks for
+        errors.put(f"{type(e).__name__}: {e}")
+
+
+def test_rows_that_end_together_write_one_page_at_a_time(tmp_path):
+    sweep = tmp_path / "sweep"
+    for name in ("none", "kn"):
+        run_dir = write_row(sweep / name, log=LOG[:2])
+        record.write(str(run_dir), {"format": 2, "status": "failed", "error": "x"})
+    ctx = multiprocessing.get_context("fork")
+    errors, trace = ctx.Queue(), tmp_path / "trace"
+    writers = [
+        ctx.Process(target=_write_pages, args=(str(sweep), 5, errors, trace)) for _ in range(3)
+    ]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(120)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == [] and all(w.exitcode == 0 for w in writers)
+    events = trace.read_text().split()
+    # 15 renders, none starting before the one before it ended
+    assert events[0::4] == ["start"] * 15 and events[2::4] == ["end"] * 15
+    assert events[1::4] == events[3::4]  # each render ends in the process that started it
+    assert sorted(os.listdir(sweep / "results-logs")) == ["kn.train.log", "none.train.log"]
+    assert sorted(p.name for p in sweep.iterdir() if ".part" in p.name or ".old" in p.name) == []
+    text = (sweep / "results.md").read_text()
+    assert text.count("\n| kn | 0.2 |") == 1 and text.count("\n| none | 0.2 |") == 1
+
+
+def test_the_training_sentences_of_the_data_come_from_fairseqs_index(tmp_path):
+    from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
+
+    data = tmp_path / "data"
+    data.mkdir()
+    builder = MMapIndexedDatasetBuilder(str(data / "train.bin"))
+    for n in (3, 1, 4):
+        builder.add_item(torch.arange(n))
+    builder.finalize(str(data / "train.idx"))
+    cfg = {"task": {"data": "data"}}
+    assert tables.train_sentences(cfg, str(tmp_path)) == 3
+    assert tables.train_sentences({"task": {"data": "elsewhere"}}, str(tmp_path)) is None
+    table = tables.spec(
+        {"title": "T", "data": {"train_sentences": 3}, "paper": {"kn": [1, 2]}}, "x"
+    )
+    rows = [{"config": cfg, "cwd": str(tmp_path)}]
+    assert tables.on_its_data(table, rows)
+    assert not tables.on_its_data(dict(table, data={"train_sentences": 4}), rows)
+
+
+def test_an_unknown_table_is_an_error(tmp_path):
+    (tmp_path / "ptb_small.yaml").write_text("defaults: []\n")
+    with pytest.raises(
+        Exception, match=r"--table ptb-small: no ptb-small.yaml in .* \(tables: ptb_small\)"
+    ):
+        tables.from_config("ptb-small", str(tmp_path))
+
+
+def test_figure_1_marks_every_point_and_counts_whole_epochs():
+    from fairseq_noising.analysis import plots
+
+    fig = plots.curves_figure({"none": ({1: 300.0}, {1: 250.0}), "kn": ({1: 320.0}, {1: 240.0})})
+    ax = fig.axes[0]
+    assert len(ax.lines) == 4 and all(
+        line.get_marker() not in (None, "None", "") for line in ax.lines
+    )
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks == [1.0]
+    assert ax.get_xlim() == (0.5, 1.5)
+
+
+# ------------------------------------------------------------------ a real sweep
+
+
+@pytest.mark.slow
+def test_a_sweep_with_an_unknown_scheme_pages_the_good_row_and_the_bad_ones_line(
+    ptb_tiny_bin, tmp_path
+):
+    """A user's two rows, one with a scheme that does not exist: the good row trains, evaluates
+    and is paged; the bad one fails at once with one line naming the field, the value and what
+    was expected; every console line names its row; the page's commands run as written from
+    the folder the sweep ran in (the repository root) and give the page's figures."""
+    from conftest import CLI_ENV, REPO, cli
+
+    sweep = tmp_path / "sweep"
+    argv = [
+        cli("fairseq-hydra-train"), "-m", "--config-dir", "recipes/config", "--config-name",
+        "ptb_small", f"task.data={ptb_tiny_bin}", f"hydra.sweep.dir={sweep}",
+        "++model.hidden_size=16", "optimization.max_epoch=1", "common.log_interval=5",
+        "task={noise_scheme:none,noise_gamma:0},{noise_scheme:bogus,noise_gamma:0.2}",
+    ]  # fmt: skip
+    done = subprocess.run(argv, cwd=REPO, env=CLI_ENV, capture_output=True, text=True, timeout=900)
+    console = done.stdout + done.stderr
+    assert done.returncode != 0  # a row failed: the sweep says so
+    reason = (
+        "row bogus-g0.2-s1: failed: ValidationError: task.noise_scheme: Invalid value 'bogus', "
+        "expected one of ["
+    )
+    assert reason in console
+    # the reason comes with the failure, before Hydra's traceback at the sweep's end
+    assert console.index(reason) < console.index("Traceback") if "Traceback" in console else True
+    progress_lines = [line for line in done.stdout.splitlines() if "][train_inner][" in line]
+    assert progress_lines and all("][none-g0-s1][train_inner][" in line for line in progress_lines)
+    text = (sweep / "results.md").read_text()
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert (
+        "FAILED (ValidationError: task.noise_scheme: Invalid value 'bogus', expected one of ["
+        in rows["bogus-g0.2-s1"]
+    )
+    assert "capped by --max-epoch, after epoch 1" in rows["none-g0-s1"]
+    commands = [line[4:] for line in text.splitlines() if line.startswith("    ")]
+    assert all(not word.startswith("/") for c in commands for word in shlex.split(c))
+    # the evaluation commands, run as written from the repository root, print the figures
+    evaluation = json.loads((sweep / "none-g0-s1" / "row.json").read_text())["evaluation"]
+    for split, command in zip(
+        ("valid", "test"), [c for c in commands if c.startswith("fairseq-eval-lm")]
+    ):
+        words = shlex.split(command)
+        out = subprocess.run(
+            [cli(words[0]), *words[1:]],
+            cwd=REPO,
+            env=CLI_ENV,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        printed = float(out.stderr.rsplit("Perplexity: ", 1)[1].split()[0])
+        assert printed == pytest.approx(evaluation[f"{split}_ppl"], abs=0.006)
+    assert f"| none | 0 | {evaluation['valid_ppl']:.2f}† | {evaluation['test_ppl']:.2f}† |" in text
