@@ -408,3 +408,22 @@ def test_a_sweep_with_an_unknown_scheme_pages_the_good_row_and_the_bad_ones_line
         printed = float(out.stderr.rsplit("Perplexity: ", 1)[1].split()[0])
         assert printed == pytest.approx(evaluation[f"{split}_ppl"], abs=0.006)
     assert f"| none | 0 | {evaluation['valid_ppl']:.2f}† | {evaluation['test_ppl']:.2f}† |" in text
+    # a row trained from another checkout of the plugin (its user_dir elsewhere, a module of the
+    # same name there) is evaluated by the plugin that runs the evaluation
+    elsewhere = tmp_path / "checkout" / "fairseq_noising"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "__init__.py").write_text("raise ImportError('the other checkout')\n")
+    config = sweep / "none-g0-s1" / ".hydra" / "config.yaml"
+    config.write_text(
+        config.read_text().replace("${hydra:runtime.cwd}/fairseq_noising", str(elsewhere))
+    )
+    rec = json.loads((sweep / "none-g0-s1" / "row.json").read_text())
+    del rec["evaluation"]
+    (sweep / "none-g0-s1" / "row.json").write_text(json.dumps(rec))
+    again = subprocess.run(
+        [cli("fairseq-noise-eval"), str(sweep / "none-g0-s1")],
+        cwd=REPO, env=CLI_ENV, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    figures = json.loads((sweep / "none-g0-s1" / "row.json").read_text())["evaluation"]
+    assert figures["valid_ppl"] == evaluation["valid_ppl"]

@@ -35,6 +35,8 @@ def _argv(cfg: Dict, checkpoint: str, cwd: str, shown: bool) -> List[str]:
     paths.append(os.path.abspath(checkpoint))
     if shown:
         paths = [record.relative(p, where) for p in paths]
+    else:  # the plugin that runs here (fairseq refuses a second one of the same name)
+        paths[1] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     data, user_dir, path = paths
     args = [data, "--user-dir", user_dir, "--task", task["_name"], "--path", path]
     return args + (["--cpu"] if cfg["common"].get("cpu") else [])
