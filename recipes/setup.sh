@@ -12,9 +12,11 @@
 #
 #   bash recipes/setup.sh --build-wheelhouse DIR [--python-version 3.12]
 #        [--platform manylinux_2_28_x86_64] [--with-torch torch==2.13.0 | --with-torch FILE.whl]
+#        [--target-has FILE]
 #     (online) puts every wheel the plugin needs except torch (and torchaudio, which fairseq
 #     needs only for speech tasks) into DIR, for that Python (default: PYTHON's) and platform,
-#     with a manifest DIR/wheelhouse.json; --with-torch adds that exact torch and its needs.
+#     with a manifest DIR/wheelhouse.json; --with-torch adds that exact torch and its needs;
+#     --target-has leaves out what the target has (FILE: its pip list --format=freeze).
 #   bash recipes/setup.sh --from-wheelhouse DIR [--python PY]
 #     (offline) pip install --no-index from DIR into the environment of PY, a path or a command
 #     (python3 of a machine image that is a virtual environment with its own CUDA torch), or of

@@ -8,7 +8,8 @@ find-links), ``PIP_FIND_LINKS``/``PIP_EXTRA_INDEX_URL`` are empty. Into a fresh 
 (torch from the wheelhouse), whose ``fairseq-train`` then trains the plugin (installed as a wheel,
 not this checkout) for a few updates; and, with ``--python python3``, into an existing environment
 that holds its own torch, like a machine image whose ``python3`` is a virtual environment: that
-torch is kept, untouched. The plugin's wheel carries the MIT licence and the package metadata.
+torch is kept, untouched; and, built ``--target-has`` a list of what such an environment holds,
+a wheelhouse of only what it lacks. The plugin's wheel carries the MIT licence and the package metadata.
 Bad input (no folder, no manifest, a missing or damaged wheel, another Python version, a wheel
 that does not suit the interpreter, no torch anywhere, no pip) stops with one line before
 anything is installed.
@@ -349,6 +350,89 @@ def test_install_into_an_image_environment_keeps_its_torch(wheelhouse, fresh_ven
     assert json.loads(state.stdout) == before  # the same torch, its files untouched
 
 
+def pip_in(python, *args, env):
+    return subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_a_wheelhouse_of_what_the_target_lacks(wheelhouse, fresh_venv, tmp_path):
+    """``--target-has``: the image environment lacks four of the plugin's packages and lists
+    the rest with ``pip list --format=freeze``. The wheelhouse built for it holds those four
+    alone and leaves the others to it, at its versions; installed there, the four land, and
+    nothing else is touched. A target that lost one of the packages left to it, or has another
+    version of a pinned one, stops with one line before anything is installed; a pin that the
+    plugin's requirements exclude stops the build."""
+    venv = fresh_venv[0]
+    env = offline_env(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    del env["PYTHON"]
+    python3 = venv / "bin" / "python3"
+    lacking = {"fairseq-noising", "ve-fairseq", "hydra-core", "omegaconf"}
+    pip_in(python3, "uninstall", "-q", "-y", *lacking, env=env)
+    freeze = pip_in(python3, "list", "--format=freeze", env=env).stdout
+    (tmp_path / "target.txt").write_text(freeze)
+    has = dict(line.split("==") for line in freeze.split())
+    has = {canonicalize_name(n): v for n, v in has.items()}
+
+    house = tmp_path / "house"
+    online = dict(os.environ, PYTHON=sys.executable)
+    setup_sh("--build-wheelhouse", house, "--target-has", tmp_path / "target.txt", env=online)
+    manifest = manifest_of(house)
+    assert {w["name"] for w in manifest["wheels"]} == lacking
+    assert sorted(n for n in os.listdir(house) if n.endswith(".whl")) == sorted(
+        w["file"] for w in manifest["wheels"]
+    )
+    kept = {k["name"]: k["version"] for k in manifest["target_has"]}
+    closure = {w["name"] for w in manifest_of(wheelhouse)["wheels"] if w["role"] == "plugin"}
+    assert set(kept) == closure - lacking and "numpy" in kept and "torch" not in kept
+    assert kept == {n: has[n] for n in kept}
+
+    # a target that lost a package left to it: one line, nothing installed
+    gone = "bitarray"
+    pip_in(python3, "uninstall", "-q", "-y", gone, env=env)
+    proc = setup_sh("--from-wheelhouse", house, "--python", "python3", env=env, expect=2)
+    msg = one_line_error(proc)
+    assert f"leaves {gone} {has[gone]} to the target" in msg and f"lacks {gone}" in msg, msg
+    files = {w["name"]: w["file"] for w in manifest_of(wheelhouse)["wheels"]}
+    pip_in(python3, "install", "-q", "--no-index", "--no-deps", wheelhouse / files[gone], env=env)
+
+    # another version of a pinned one: likewise
+    def pinned_elsewhere(m):
+        next(k for k in m["target_has"] if k["name"] == "numpy")["version"] = "0.0.1"
+
+    moved = partial_copy(house, tmp_path / "moved", edit=pinned_elsewhere)
+    proc = setup_sh("--from-wheelhouse", moved, "--python", "python3", env=env, expect=2)
+    msg = one_line_error(proc)
+    assert "leaves numpy 0.0.1" in msg and f"has numpy {has['numpy']}" in msg, msg
+
+    proc = setup_sh("--from-wheelhouse", house, "--python", "python3", env=env, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    only_the_wheelhouse_looked_at(out, house)
+    assert "warning" not in out, out[-3000:]
+    installed = re.search(r"^Successfully installed (.*)$", out, re.M)[1].split()
+    assert sorted(installed) == sorted(f"{w['name']}-{w['version']}" for w in manifest["wheels"])
+    assert READY.search(out), out[-3000:]
+    after = pip_in(python3, "list", "--format=freeze", env=env).stdout.split()
+    assert set(freeze.split()) <= set(after)  # what the target had, as it was
+
+    # the target's pins constrain the build: one the plugin's requirements exclude stops it
+    (tmp_path / "old.txt").write_text("hydra-core==1.1.0\n")
+    proc = setup_sh(
+        "--build-wheelhouse",
+        tmp_path / "wh",
+        "--target-has",
+        tmp_path / "old.txt",
+        env=online,
+        expect=2,
+    )
+    msg = one_line_error(proc)
+    assert "hydra-core==1.1.0" in msg, msg
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -455,7 +539,12 @@ def test_bad_input_stops_with_one_line_before_installing(wheelhouse, bare_python
 
     # building refuses bad flags (an unpinned torch is a multi-GB CUDA download) before fetching
     # or making anything
+    (tmp_path / "bad.txt").write_text("numpy==2.0\nnumpy>=2\n")
+    (tmp_path / "torch.txt").write_text("torch==2.11.0+cu130\n")
     for flags, expected in (
+        (["--target-has", tmp_path / "bad.txt"], "bad.txt, line 2: expected NAME==VERSION"),
+        (["--target-has", tmp_path / "none.txt"], "none.txt: cannot be read"),
+        (["--target-has", tmp_path / "torch.txt", "--with-torch", "torch==2.13.0"], "lists torch"),
         (["--with-torch", "torch"], "exact pin"),
         (["--with-torch", "torch>=2"], "exact pin"),
         (["--with-torch", tmp_path / "torch-2.0-none.whl"], "no such torch wheel"),

@@ -3,6 +3,7 @@
 
     python tools/wheelhouse.py build DIR [--python-version 3.12] [--platform PLAT]
                                            [--with-torch torch==2.13.0 | --with-torch FILE.whl]
+                                           [--target-has FILE]
     python tools/wheelhouse.py install DIR [--python PY | --venv DIR]
 
 ``build`` (needs a package index) puts into DIR a wheel of the plugin and of all it needs but
@@ -13,16 +14,22 @@ build (CUDA or not) is kept, and torchaudio, which ve-fairseq lists but fairseq 
 its speech tasks, pins one torch version. A package published only as a source distribution
 (antlr4-python3-runtime) is built into a wheel (``pip wheel --no-deps``), which must then suit the
 target (pure Python does). ``--with-torch`` adds one exact torch and what it needs (a second
-``pip download``, held to the versions chosen before). pip evaluates environment markers for the
-Python that runs it: where they differ between versions, build with the target's version.
-DIR/wheelhouse.json records the Python version, the platforms and every wheel (name, version,
-file, sha256, role: plugin, torch, or torch-only for what only torch needs).
+``pip download``, held to the versions chosen before). ``--target-has FILE`` names what the
+target already has, as ``python -m pip list --format=freeze`` prints it there (``NAME==VERSION``
+lines; a bare ``NAME`` means any version): pip resolves against those versions (constraints), and
+the target's packages are left out of DIR; a torch there is the one the placeholders claim.
+pip evaluates environment markers for the Python that runs it: where they differ between
+versions, build with the target's version.
+DIR/wheelhouse.json records the Python version, the platforms, every wheel (name, version,
+file, sha256, role: plugin, torch, or torch-only for what only torch needs) and what is left to
+the target (``target_has``: name and pinned version, or none).
 
 ``install`` (no index) checks DIR against the target interpreter first (the manifest, the Python
-version, torch installed there or shipped, every wheel needed present and intact, then a
-``pip install --dry-run`` of them there) and stops with one line before anything is installed.
-Then it runs ``pip install --no-index --find-links DIR --no-deps name==version ...``: where the
-target has torch, only the plugin's wheels, keeping that torch; otherwise all of them.
+version, torch installed there or shipped, what is left to the target there at its pinned
+version, every wheel needed present and intact, then a ``pip install --dry-run`` of them there)
+and stops with one line before anything is installed. Then it runs ``pip install --no-index
+--find-links DIR --no-deps name==version ...``: where the target has torch, only the plugin's
+wheels, keeping that torch; otherwise all of them.
 """
 
 import argparse
@@ -117,6 +124,30 @@ def torch_request(spec):
     return f"torch=={m[1]}", m[1]
 
 
+def target_has(path):
+    """--target-has FILE read: {canonical name: pinned version or None}. Lines as pip's
+    ``list --format=freeze`` and ``freeze`` print them; a ``NAME @ URL`` line counts as NAME at
+    any version; blank lines, comments and ``-e`` lines are skipped."""
+    if path is None:
+        return {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise Error(f"--target-has {path}: cannot be read ({e.strerror})")
+    has = {}
+    for number, line in enumerate(lines, 1):
+        line = line.split("#")[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][\w.-]*)\s*(?:==\s*([\w.+!]+)|@\s*\S+)?", line)
+        if not m:
+            raise Error(
+                f"--target-has {path}, line {number}: expected NAME==VERSION or NAME, got {line!r}"
+            )
+        has[canonical(m[1])] = m[2]
+    return has
+
+
 def placeholder(folder, name, version):
     """An empty wheel: pip takes it for name==version, which needs nothing."""
     d, path = f"{name}-{version}.dist-info", folder / f"{name}-{version}-py3-none-any.whl"
@@ -171,6 +202,13 @@ def build(args):
         raise Error(f"--python-version must be 3.11 or newer (ve-fairseq), got {version!r}")
     platforms = target_platforms(args.platform)
     torch_req, claimed = torch_request(args.with_torch)
+    has = target_has(args.target_has)
+    if torch_req and "torch" in has:
+        raise Error(
+            f"--with-torch: --target-has {args.target_has} lists torch, which the target keeps"
+        )
+    if has.get("torch"):  # the stand-ins claim the target's torch (its public version)
+        claimed = has["torch"].split("+")[0]
     dest, target = Path(args.dir).resolve(), f"CPython {version} on {args.platform}"
     if dest.exists() and not dest.is_dir():
         raise Error(f"{dest} exists and is not a folder")
@@ -189,10 +227,17 @@ def build(args):
         plugin = build_plugin(tmp / "built")
         say(f"built {plugin.name}; fetching what it needs")
         stand_ins = [placeholder(tmp / "placeholders", n, claimed) for n in LEFT_OUT]
-        wheels = {}  # name: (path, role)
-        for w in download(tmp, "plugin", target, [*flags, plugin, *stand_ins]):
-            if name_version(w)[0] not in LEFT_OUT:
-                wheels[name_version(w)[0]] = (w, "plugin")
+        pinned = tmp / "target-has.txt"  # the target's versions, but the stand-ins'
+        pinned.write_text("".join(f"{n}=={v}\n" for n, v in has.items() if v and n not in LEFT_OUT))
+        wheels, kept = {}, {}  # name: (path, role); name: version the target has
+        for w in download(tmp, "plugin", target, [*flags, "-c", pinned, plugin, *stand_ins]):
+            name = name_version(w)[0]
+            if name in LEFT_OUT:
+                continue
+            if name in has:
+                kept[name] = has[name]
+            else:
+                wheels[name] = (w, "plugin")
         if torch_req:  # torch and what it needs, held to the versions chosen above
             pins = tmp / "constraints.txt"
             pins.write_text("".join(f"{n}=={name_version(w)[1]}\n" for n, (w, _) in wheels.items()))
@@ -210,6 +255,7 @@ def build(args):
         "platform": args.platform,
         "platforms": platforms,
         "left_out": {k: v for k, v in LEFT_OUT.items() if not (k == "torch" and torch_req)},
+        "target_has": [dict(name=n, version=v) for n, v in sorted(kept.items())],
         "wheels": listed,
     }
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
@@ -218,23 +264,31 @@ def build(args):
         f"{len(listed)} wheels ({size:.0f} MiB) for {target} in {dest}, listed in {MANIFEST}; "
         f"torch {'included' if torch_req else 'not included'}"
     )
+    if kept:
+        say(f"left to the target ({args.target_has}): {', '.join(sorted(kept))}")
     say(f"install offline: bash recipes/setup.sh --from-wheelhouse {dest} [--python PY]")
 
 
 # ---------------------------------------------------------------- install
 
 PROBE = """import importlib.util, json, sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
+def have(name):
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 torch = importlib.util.find_spec("torch") and version("torch")
 pip = importlib.util.find_spec("pip") is not None
-print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "torch": torch, "pip": pip}))"""
+print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "torch": torch, "pip": pip,
+                  "has": {n: have(n) for n in sys.argv[1:]}}))"""
 READY = """import os, torch, fairseq, fairseq_noising
 print(f"fairseq-noising ready: torch {torch.__version__}, fairseq {fairseq.__version__}, "
       f"--user-dir {os.path.dirname(fairseq_noising.__file__)}")"""
 
 
-def run_python(python, code):
-    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+def run_python(python, code, *args):
+    proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise Error(f"{python}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}")
     return proc.stdout.strip()
@@ -267,14 +321,23 @@ def install(args):
         raise Error(f"--venv {venv} is a folder but not a virtual environment (no bin/python)")
     else:
         python, create = sys.executable, venv
+    kept = manifest.get("target_has", [])
     try:
-        info = json.loads(run_python(python, PROBE))
+        info = json.loads(run_python(python, PROBE, *(k["name"] for k in kept)))
     except (Error, ValueError):
         raise Error(f"{python} does not run as a Python interpreter (3.8 or newer)")
     have, want = info["python"], manifest["python_version"]
     if have != want:
         raise Error(f"{folder} was built for Python {want}, but {python} is Python {have}")
     torch_here = None if create else info["torch"]
+    for k in kept:  # what the wheelhouse leaves to the target must be there, as it was pinned
+        there = None if create else info["has"][k["name"]]
+        if there is None or (k["version"] and there != k["version"]):
+            found = f"has {k['name']} {there}" if there else f"lacks {k['name']}"
+            raise Error(
+                f"{folder} leaves {k['name']} {k['version'] or '(any version)'} to the target "
+                f"(built --target-has), but {create or python} {found}"
+            )
     wheels = [w for w in manifest["wheels"] if w["role"] == "plugin" or not torch_here]
     if not torch_here and not any(w["role"] == "torch" for w in wheels):
         raise Error(
@@ -320,6 +383,9 @@ def main(argv=None):
     b.add_argument("--python-version", default=here, help="target Python (default: %(default)s)")
     b.add_argument("--platform", default=DEFAULT_PLATFORM, help="manylinux tag (%(default)s)")
     b.add_argument("--with-torch", metavar="SPEC", help="add torch: torch==VERSION or a wheel file")
+    b.add_argument(
+        "--target-has", metavar="FILE", help="the target's pip list --format=freeze: left out"
+    )
     i = sub.add_parser("install", help="install from DIR with no index")
     i.add_argument("dir")
     i.add_argument("--python", help="the target environment's interpreter (path or command)")
