@@ -95,6 +95,7 @@ def test_the_quickstart_trains_both_rows_and_writes_the_page(tmp_path):
     # a slice of PTB is not the table's data: the page says what it trained on
     assert page.startswith("# quickstart on ") and "Quick start" not in page
     assert (work / "results-curves.png").is_file()
+    assert "DEBUG:matplotlib" not in proc.stdout + proc.stderr  # the page writer's figure
     for name in ("none-g0-s1", "kn-g0.2-s1"):
         record = row_of(work / name)
         assert record["status"] == "ended"

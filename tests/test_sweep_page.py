@@ -306,6 +306,17 @@ def test_an_epoch_count_is_a_cap_not_the_protocol(sweep_of):
     assert cells(got.main, "bigram Kneser-Ney")[1:3] == ["9.10", "31.25"]
 
 
+def test_the_hardware_names_the_gpu_and_whether_mps_served_it(sweep_of):
+    rows = [ended_mt("none", 0, 10.0, 28.0), ended_mt("kn", 0.2, 9.1, 31.25)]
+    for row in rows:
+        row.update(gpu="NVIDIA H100 80GB HBM3", mps=True)
+    assert "Hardware: NVIDIA H100 80GB HBM3 (MPS)." in sweep_of(rows, sentences=29000).text
+    rows[1]["mps"] = False
+    got = sweep_of(rows, sentences=29000).text
+    assert "Hardware: NVIDIA H100 80GB HBM3 (MPS), NVIDIA H100 80GB HBM3 (no MPS)." in got
+    assert "Hardware: CPU (2 cores)." in sweep_of([ended_mt("none", 0, 10.0, 28.0)]).text
+
+
 def test_a_failed_row_is_listed_and_leaves_the_other_rows_alone(sweep_of, lm_page):
     assert cells(lm_page.every, "unigram-g0.1")[0] == "0.1"
     assert cells(lm_page.every, "unigram-g0.1")[-1] == f"FAILED ({OOM})"

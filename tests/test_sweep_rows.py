@@ -240,6 +240,21 @@ def test_a_row_whose_process_is_gone_is_stopped(tmp_path, monkeypatch):
         assert record.read(str(run_dir))["status"] == status
 
 
+def test_a_rows_record_says_whether_an_mps_daemon_serves_it(tmp_path, monkeypatch):
+    """CUDA finds an MPS daemon through CUDA_MPS_PIPE_DIRECTORY (recipes/mps.py sets it for the
+    rows it starts): the record the row's callback writes when the row starts says so."""
+    from omegaconf import OmegaConf
+
+    for name, pipe in (("alone", None), ("shared", str(tmp_path / "mps" / "pipe"))):
+        if pipe is None:
+            monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        job = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(tmp_path / name)}}})
+        callback.RowCallback().on_job_start(job)
+        assert record.read_record(str(tmp_path / name))["mps"] is (pipe is not None)
+
+
 def test_a_bad_value_fails_with_one_line_naming_the_field_the_value_and_what_was_expected():
     from fairseq.dataclass.utils import merge_with_parent
     from omegaconf import OmegaConf

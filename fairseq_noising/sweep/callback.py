@@ -11,10 +11,11 @@ Named in a sweep's config (``recipes/config``)::
 When a row starts, in the process that trains it (a joblib worker, a SLURM job), the callback
 starts fairseq's running bests afresh (a process may have trained another row before) and
 writes the row's record (``row.json``, :mod:`.record`: status ``training``, the process, the
-GPU). When the training ends it evaluates ``checkpoint_best.pt`` in a process of its own
-(:mod:`.evaluate`), records how the row ended (or why it failed, in one line, also printed at
-once) and rewrites the sweep's results page (:mod:`.page`). Nothing it does fails a row that
-trained, and a row that failed leaves the others alone.
+GPU, whether an MPS daemon serves it). When the training ends it evaluates
+``checkpoint_best.pt`` in a process of its own (:mod:`.evaluate`), records how the row ended (or
+why it failed, in one line, also printed at once) and rewrites the sweep's results page
+(:mod:`.page`). Nothing it does fails a row that trained, and a row that failed leaves the
+others alone.
 """
 
 import logging
@@ -60,7 +61,7 @@ class RowCallback(Callback):
             run_dir = config.hydra.runtime.output_dir
             os.makedirs(run_dir, exist_ok=True)
             rec = {"format": record.FORMAT, "status": "training", "started": record.now()}
-            rec.update(process=record.this_process(), gpu=_gpu())
+            rec.update(process=record.this_process(), gpu=_gpu(), mps=_mps())
             earlier = record.read_record(run_dir) or {}
             if "evaluation" in earlier:  # a rerun: reused if the checkpoint does not change
                 rec["evaluation"] = earlier["evaluation"]
@@ -114,6 +115,12 @@ def _gpu() -> Optional[str]:
     import torch
 
     return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def _mps() -> bool:
+    """Whether the row's CUDA work goes through an MPS daemon (recipes/mps.py, or any other:
+    CUDA finds one through this variable)."""
+    return bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
 
 
 def _evaluate(run_dir: str) -> Optional[str]:

@@ -15,6 +15,7 @@ record cannot be read gets its line; the page writer never fails on a row.
 import argparse
 import datetime
 import fcntl
+import logging
 import os
 import shlex
 import shutil
@@ -171,7 +172,10 @@ def _summary(rows: List[Dict], good: List[Dict], table: Dict, lm: bool, seeds: b
         counts = ", ".join(f"{n} {s}" for n, s in state)
         lines += [f"**In progress** ({date}): of {len(rows)} rows, {counts}.", ""]
     cores = lambda r: (r.get("process") or {}).get("cpus", r.get("cpus", "?"))  # noqa: E731
-    hardware = sorted({r.get("gpu") or f"CPU ({cores(r)} cores)" for r in good})
+    mps = lambda r: " (MPS)" if r.get("mps") else " (no MPS)"  # noqa: E731
+    hardware = sorted(
+        {r["gpu"] + mps(r) if r.get("gpu") else f"CPU ({cores(r)} cores)" for r in good}
+    )
     budgets = sorted({r["config"]["optimization"].get("stop_time_hours") or 0 for r in good})
     walls = [r["training"]["wall_seconds"] or 0 for r in good]
     data = sorted({record.relative(str(r["config"]["task"]["data"]), r["cwd"]) for r in good})
@@ -363,6 +367,10 @@ def write(
 
 
 def main(argv=None) -> int:
+    if argv is None:  # the command: its own logging, set before fairseq's import-time one (a
+        # basicConfig at DEBUG in fairseq.models.wav2vec) would let matplotlib's debug lines out
+        logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO)
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)
     parser = argparse.ArgumentParser(prog="fairseq-noise-page", description=__doc__.split("\n")[0])
     parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="the sweep folder (hydra.sweep.dir)")
     parser.add_argument("--out", help="the page (default SWEEP_DIR/results.md)")

@@ -8,7 +8,7 @@ the one place that holds it:
 - ``checkpoint_last.pt`` and the json log (fairseq): how far the training got (:mod:`.progress`);
 - ``row.json`` (the row's callback, :mod:`.callback`): its status (``training``, ``ended``,
   ``failed`` with the error's line), when it started and ended, the process that runs it
-  (host, pid, SLURM job), the GPU, and its evaluation (:mod:`.evaluate`).
+  (host, pid, SLURM job), the GPU and MPS, and its evaluation (:mod:`.evaluate`).
 
 :func:`read` puts them together into a plain dict, the page's input (:mod:`.page`). A row
 recorded ``training`` whose process is gone shows as ``stopped``.
