@@ -240,7 +240,8 @@ def build(args):
                 wheels[name] = (w, "plugin")
         if torch_req:  # torch and what it needs, held to the versions chosen above
             pins = tmp / "constraints.txt"
-            pins.write_text("".join(f"{n}=={name_version(w)[1]}\n" for n, (w, _) in wheels.items()))
+            held = "".join(f"{n}=={name_version(w)[1]}\n" for n, (w, _) in wheels.items())
+            pins.write_text(held + pinned.read_text())  # and the target's own versions
             for w in download(tmp, "torch", target, [*flags, "-c", pins, torch_req]):
                 name = name_version(w)[0]
                 wheels.setdefault(name, (w, "torch" if name == "torch" else "torch-only"))
