@@ -27,7 +27,7 @@ from conftest import (
     run_cli,
 )
 
-from fairseq_noising.analysis import divergence, logs, ngrams, pseudocounts
+from fairseq_noising.analysis import divergence, logs, ngrams, plots, pseudocounts
 from fairseq_noising.cli import analyze
 from fairseq_noising.errors import NoisingError
 
@@ -466,6 +466,28 @@ def test_curves_reads_the_logs(tmp_path, capsys):
     assert out["kn"]["scheme"] is None
     printed = capsys.readouterr().out
     assert "plain" in printed and "128.50" in printed and f"wrote {png}" in printed
+
+
+def test_curves_mark_the_first_epoch_at_each_halved_rate(tmp_path, capsys, monkeypatch):
+    # by hand from the rates per epoch: 1, 1, 0.5, 0.5, 0.125 -> halved before 3 and 5 (twice
+    # at once counts once: one lower rate); a rate that goes back up is no halving
+    assert logs.lowered_at({1: 1.0, 2: 1.0, 3: 0.5, 4: 0.5, 5: 0.125}) == [3, 5]
+    assert logs.lowered_at({2: 0.5, 1: 1.0, 3: 1.0}) == [2] and logs.lowered_at({}) == []
+    (tmp_path / "kn.log").write_text(SIMPLE)  # lr 1, 0.5, 0.25
+    drawn = []
+    monkeypatch.setattr(plots, "curves", lambda runs, png, halved: drawn.append(halved))
+    out = run(["curves", tmp_path / "kn.log", "--output", tmp_path / "c.png"])
+    assert out["runs"]["kn"]["lr"] == {1: 1.0, 2: 0.5, 3: 0.25} and drawn == [{"kn": [2, 3]}]
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["run", "epoch", "train", "ppl", "valid", "ppl", "lr"]
+    assert table[-2].split()[-1] == "0.25"  # epoch 3, before the "wrote" line
+    # the figure: a triangle on the validation curve at each such epoch (7 has no validation)
+    monkeypatch.undo()
+    valid = {1: 256.5, 2: 128.25, 3: 140.0}
+    fig = plots.curves_figure({"kn": ({1: 362.0}, valid)}, halved={"kn": [2, 3, 7]})
+    [marks] = [line for line in fig.axes[0].get_lines() if line.get_marker() == "v"]
+    assert list(marks.get_xdata()) == [2, 3] and list(marks.get_ydata()) == [128.25, 140.0]
+    assert "first epoch at a halved rate" in [t.get_text() for t in fig.axes[0].get_legend().texts]
 
 
 @pytest.mark.slow

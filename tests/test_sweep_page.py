@@ -151,11 +151,14 @@ def lm_rows():
     their evaluations do; none stopped by the time budget; unigram 0.1 failed; kn 0.4 training."""
     none = ended_lm("none", 0, 130.0, 126.0, 131.0)
     none["training"].update(stop="time", epochs=5, epochs_done=5.5, halvings=2, lr=0.25)
+    kn_halved = ended_lm("kn", 0.2, 110.0, 104.5, 112.0)
+    # rates per epoch as the record holds them: halved before epochs 3 and 5
+    kn_halved["training"]["train_lr"] = {"1": 1.0, "2": 1.0, "3": 0.5, "4": 0.5, "5": 0.25}
     return [
         ended_lm("blank", 0.1, 100.0, 95.5, 101.0),
         ended_lm("blank", 0.2, 100.0, 97.25, 99.0),
         ended_lm("kn", 0.1, 120.0, 116.0, 105.0),
-        ended_lm("kn", 0.2, 110.0, 104.5, 112.0),
+        kn_halved,
         ended_lm("kn", 0.3, 115.0, 109.0, 118.0),
         make_row(
             "kn", 0.4, "training", epochs=2, epochs_done=2.25, halvings=0, lr=1.0,
@@ -209,7 +212,7 @@ def cells(table, row):
 def drawn(monkeypatch):
     """Figure 1's drawings, recorded instead of drawn (no matplotlib)."""
     calls = []
-    fake = SimpleNamespace(curves=lambda runs, png: calls.append((runs, png)))
+    fake = SimpleNamespace(curves=lambda runs, png, halved: calls.append((runs, png, halved)))
     monkeypatch.setattr(analysis, "plots", fake, raising=False)
     return calls
 
@@ -224,9 +227,11 @@ def test_gamma0_is_the_lowest_evaluated_validation_of_ended_rows(lm_page, drawn)
     # blank: 0.1, the first of two 100s; unigram: 0.2, not 0.1 that failed (fairseq's 80)
     assert lm_page.main == [LM_HEADER, *LM_MAIN]
     # Figure 1 draws the chosen rows' curves: none's and kn 0.2's
-    [(runs, png)] = drawn
+    [(runs, png, halved)] = drawn
     assert list(runs) == ["none", "kn gamma_0 0.2"]
     assert runs["kn gamma_0 0.2"] == ({6: 80.0}, {5: 115.0, 6: 112.0})
+    # the first epoch at each halved rate, from the rates per epoch (none has none recorded)
+    assert halved == {"none": [], "kn gamma_0 0.2": [3, 5]}
     assert "![training and validation curves](results-curves.png)" in lm_page.text
 
 
@@ -412,7 +417,11 @@ def test_translation_page_has_bleu_signatures_and_the_iwslt_figures(sweep_of, dr
     assert {tuple(r[6:]) for r in got.every[1:]} == {
         ("—", "10 min", "end of the protocol (epoch 6, patience)")
     }
-    assert "Figure 1" not in got.text and drawn == []
+    # the translation figure: none against kn on both sides, kn's gamma_0 the chosen one
+    [(runs, png, halved)] = drawn
+    assert list(runs) == ["none", "kn gamma_0 0.2"] and png.endswith("results-curves.png")
+    assert "As the paper's Figure 1, for translation" in got.text
+    assert "bigram Kneser-Ney noising on both sides" in got.text
 
 
 def test_a_page_for_other_data_names_it_and_leaves_the_paper_out(sweep_of):

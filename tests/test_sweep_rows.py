@@ -158,6 +158,7 @@ def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_chec
     assert t["epochs"] == 5 and t["epochs_done"] == 5.0 and t["wall_seconds"] == 321.5
     assert t["valid_ppl"] == {"1": 32.0, "2": 16.0, "3": 22.6, "4": 18.4, "5": 19.7}
     assert t["train_ppl"]["5"] == 16.5 and t["resume_at"] == "the end of epoch 5"
+    assert t["train_lr"] == {"1": 1.0, "2": 1.0, "3": 0.5, "4": 0.25, "5": 0.25}
     # saved inside epoch 5 (no val_loss to replay): two halvings, the protocol goes on
     inside = checkpoint(HALVED, epoch=5, inside=3, updates=43)
     row = record.read(str(write_row(tmp_path / "kn2", log=LOG[:-2], saved=inside)))

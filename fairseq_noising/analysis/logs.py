@@ -31,6 +31,12 @@ _PROCESS_START = re.compile(r"fairseq_cli\.train(?: \||\]\[INFO\] -) \{'_name'")
 _INNER = re.compile(r"epoch (\d+):\s+(\d+) / (\d+) (.*)$")
 
 
+def lowered_at(lr: Dict[int, float]) -> List[int]:
+    """The epochs trained at a lower learning rate than the epoch before (per-epoch rates)."""
+    epochs = sorted(e for e in lr if lr[e] is not None)
+    return [b for a, b in zip(epochs, epochs[1:]) if lr[b] < lr[a]]
+
+
 @dataclass
 class RunLog:
     path: str = ""
@@ -47,8 +53,7 @@ class RunLog:
     @property
     def halvings(self) -> int:
         """How many times the learning rate went down from one epoch to the next."""
-        rates = [self.lr[e] for e in sorted(self.lr)]
-        return sum(b < a for a, b in zip(rates, rates[1:]))
+        return len(lowered_at(self.lr))
 
     @property
     def epochs_done(self) -> float:

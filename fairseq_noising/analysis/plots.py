@@ -6,7 +6,7 @@ Agg renderer: importing this module leaves the caller's matplotlib backend and p
 """
 
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import matplotlib.ticker
 from matplotlib.figure import Figure
@@ -81,11 +81,16 @@ def sweep_lines(series: Dict[str, List[Tuple[float, float]]], path: str) -> str:
     return _save(fig, path)
 
 
-def curves_figure(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]]) -> Figure:
+def curves_figure(
+    runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]],
+    halved: Optional[Dict[str, List[int]]] = None,
+) -> Figure:
     """Figure 1: training (dashed) and validation (solid) perplexity per epoch, per run; every
-    point marked (an epoch alone is a point), whole epochs on the x axis."""
+    point marked (an epoch alone is a point), whole epochs on the x axis. ``halved``: per run,
+    the epochs trained at a halved learning rate's start, marked on its validation curve."""
     fig, ax = _subplots((5.5, 3.8))
     epochs = []
+    marked = False
     for i, (label, (train, valid)) in enumerate(runs.items()):
         color = f"C{i % 10}"
         for series, ls, marker, what in ((train, "--", "s", "train"), (valid, "-", "o", "valid")):
@@ -94,6 +99,19 @@ def curves_figure(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]]) ->
             if es:
                 ys = [series[e] for e in es]
                 ax.plot(es, ys, ls=ls, marker=marker, ms=4, color=color, label=f"{label} {what}")
+        at = [e for e in (halved or {}).get(label, []) if e in valid]
+        if at:
+            ax.plot(
+                at,
+                [valid[e] for e in at],
+                ls="none",
+                marker="v",
+                ms=9,
+                mfc="none",
+                color=color,
+                label=None if marked else "first epoch at a halved rate",
+            )
+            marked = True
     ax.set_xlabel("epoch")
     # whole epochs even when there is one (integer=True alone falls back to fractions then)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True, min_n_ticks=1))
@@ -105,9 +123,13 @@ def curves_figure(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]]) ->
     return fig
 
 
-def curves(runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]], path: str) -> str:
+def curves(
+    runs: Dict[str, Tuple[Dict[int, float], Dict[int, float]]],
+    path: str,
+    halved: Optional[Dict[str, List[int]]] = None,
+) -> str:
     """Figure 1 (:func:`curves_figure`) written to ``path``."""
-    return _save(curves_figure(runs), path)
+    return _save(curves_figure(runs, halved), path)
 
 
 def pseudocount_scatter(expected, observed, path: str, title: str = "") -> str:

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from statistics import mean
 from typing import Dict, List, Optional
 
+from ..analysis.logs import lowered_at
 from ..errors import NoisingError
 from . import paper, record, tables
 
@@ -106,8 +107,8 @@ def chosen(rows: List[Dict]) -> List[Dict]:
     return by_gamma[best]
 
 
-def _figure_1(groups: Dict[str, List[Dict]], png: str) -> List[str]:
-    runs = {}
+def _figure_1(groups: Dict[str, List[Dict]], png: str, lm: bool) -> List[str]:
+    runs, halved = {}, {}
     for key in ("none", "kn"):
         rows = [r for r in groups.get(key, []) if r["training"]["valid_ppl"]]
         picked = chosen(rows) or sorted(
@@ -122,12 +123,17 @@ def _figure_1(groups: Dict[str, List[Dict]], png: str) -> List[str]:
             {int(e): p for e, p in t[s].items() if p is not None}
             for s in ("train_ppl", "valid_ppl")
         )
+        lr = {int(e): r for e, r in (t.get("train_lr") or {}).items() if r is not None}
+        halved[label] = lowered_at(lr)
     from ..analysis import plots  # matplotlib: only when drawing
 
-    plots.curves(runs, png)
+    plots.curves(runs, png, halved=halved)
+    what = "Figure 1 of the paper" if lm else "As the paper's Figure 1, for translation"
+    kn = "bigram Kneser-Ney noising" if lm else "bigram Kneser-Ney noising on both sides"
     return [
-        "Figure 1 of the paper: training (dashed; kn's on noised data) and validation perplexity",
-        "per epoch, unnoised against bigram Kneser-Ney noising (the first seed of each).",
+        f"{what}: training (dashed; kn's on noised data) and validation perplexity",
+        f"per epoch, unnoised against {kn} (the first seed of each);",
+        "a triangle marks the first epoch at each halved learning rate.",
         "",
         f"![training and validation curves]({os.path.basename(png)})",
         "",
@@ -298,8 +304,7 @@ def render(rows: List[Dict], table: Dict, show_paper: bool, out: str, command: s
     lines += _every_table(rows, lm, seeds) + [""]
     link = os.path.basename(logs_dir)
     lines += [f"Training logs: [`{link}/`]({link}/).", ""]
-    if lm:
-        lines += _figure_1(groups, stem + "-curves.png")
+    lines += _figure_1(groups, stem + "-curves.png", lm)
     text = "\n".join(lines + _commands(good, command))
     part = f"{out}.{os.getpid()}.part"
     with open(part, "w", encoding="utf-8") as f:

@@ -127,8 +127,8 @@ def _patience_ran_out(values: List[float], patience: int, maximize: bool) -> boo
 
 def training(run_dir: str, cfg: Dict) -> Dict:
     """How far the row's training got: epochs trained (and validated at their end), fairseq's
-    validation and training perplexities per finished epoch and its last validation (inside an
-    epoch, with --save-interval-updates), the position, halvings, learning rate, why it stopped,
+    validation and training perplexities and learning rate per finished epoch and its last
+    validation (inside an epoch, with --save-interval-updates), the position, halvings, learning rate, why it stopped,
     its cumulative training time."""
     path = os.path.join(run_dir, LOG)
     series = json_log(path) if os.path.isfile(path) else None
@@ -143,6 +143,7 @@ def training(run_dir: str, cfg: Dict) -> Dict:
             valid_ppl[str(int(rec["epoch"]))] = _num(rec, "valid_ppl")
     last_valid = _num(series["valid"][-1], "valid_ppl") if series["valid"] else None
     train_ppl = {str(e): _num(r, "train_ppl") for e, r in sorted(train.items())}
+    train_lr = {str(e): _num(r, "train_lr") for e, r in sorted(train.items())}
     sched, opt = cfg.get("lr_scheduler") or {}, cfg.get("optimization") or {}
     halving = sched.get("_name") == "paper_halving"
     halvings, ended = halving_progress(cfg, saved) if halving else (None, False)
@@ -177,6 +178,7 @@ def training(run_dir: str, cfg: Dict) -> Dict:
         "valid_ppl": valid_ppl,
         "last_valid_ppl": last_valid,
         "train_ppl": train_ppl,
+        "train_lr": train_lr,
         "halvings": min(halvings, int(sched.get("halvings", 8))) if halving else None,
         "max_halvings": int(sched.get("halvings", 8)) if halving else None,
         "lr": lr,
@@ -199,6 +201,7 @@ def _from_old_log(path: str, cfg: Dict) -> Dict:
         "valid_ppl": {str(e): p for e, p in sorted(log.valid_ppl.items())},
         "last_valid_ppl": log.valid_ppl[max(log.valid_ppl)] if log.valid_ppl else None,
         "train_ppl": {str(e): p for e, p in sorted(log.train_ppl.items())},
+        "train_lr": {str(e): r for e, r in sorted(log.lr.items())},
         "halvings": log.halvings if halving else None,
         "max_halvings": int(sched.get("halvings", 8)) if halving else None,
         "lr": log.current_lr,

@@ -4,6 +4,7 @@ import os
 from typing import Dict
 
 from ...analysis import logs, plots
+from ...analysis.logs import lowered_at
 from ...errors import NoisingError
 from ...sweep import record
 from .common import add_output_args, draw, find_logs, print_table, split_label
@@ -23,7 +24,7 @@ def add_parser(sub):
 
 
 def read_run(arg: str, valid_subset: str) -> tuple:
-    """(label, {"path", "scheme", "gamma", "train_ppl", "valid_ppl"}) of one ``[LABEL=]PATH``: a
+    """(label, {"path", "scheme", "gamma", "train_ppl", "valid_ppl", "lr"}) of one ``[LABEL=]PATH``: a
     sweep row (its record: the row's scheme and gamma_0 label it), or a log (labelled by its
     name)."""
     label, path = split_label(arg)
@@ -32,7 +33,7 @@ def read_run(arg: str, valid_subset: str) -> tuple:
         t = row["training"]
         series = [
             {int(e): p for e, p in t[k].items() if p is not None}
-            for k in ("train_ppl", "valid_ppl")
+            for k in ("train_ppl", "valid_ppl", "train_lr")
         ]
         run = dict(path=path, scheme=row["key"], gamma=row["gamma"])
         label = label or f"{row['name']} ({row['key']} {row['gamma']:g})"
@@ -46,23 +47,28 @@ def read_run(arg: str, valid_subset: str) -> tuple:
         if not os.path.isfile(path):
             raise NoisingError(f"{path} does not exist")
         log = logs.read_log(path, subset=valid_subset)
-        series = [log.train_ppl, log.valid_ppl]
+        series = [log.train_ppl, log.valid_ppl, log.lr]
         run = dict(path=path, scheme=None, gamma=None)
         label = label or name or os.path.splitext(os.path.basename(path))[0]
-    if not any(series):
+    if not any(series[:2]):
         raise NoisingError(f"{path} holds no end-of-epoch perplexity")
-    run.update(train_ppl=series[0], valid_ppl=series[1])
+    run.update(train_ppl=series[0], valid_ppl=series[1], lr=series[2])
     run["best_valid_ppl"] = min(series[1].values()) if series[1] else None
     return label, run
+
+
+def _rate(lr) -> str:
+    return "-" if lr is None else f"{lr:g}"
 
 
 def run(args) -> Dict:
     runs = dict(read_run(arg, args.valid_subset) for arg in args.logs)
     rows = [
-        [label, e, r["train_ppl"].get(e), r["valid_ppl"].get(e)]
+        [label, e, r["train_ppl"].get(e), r["valid_ppl"].get(e), _rate(r["lr"].get(e))]
         for label, r in runs.items()
         for e in sorted(set(r["train_ppl"]) | set(r["valid_ppl"]))
     ]
-    print_table(["run", "epoch", "train ppl", "valid ppl"], rows)
-    draw(args, plots.curves, {k: (r["train_ppl"], r["valid_ppl"]) for k, r in runs.items()})
+    print_table(["run", "epoch", "train ppl", "valid ppl", "lr"], rows)
+    curves = {k: (r["train_ppl"], r["valid_ppl"]) for k, r in runs.items()}
+    draw(args, plots.curves, curves, halved={k: lowered_at(r["lr"]) for k, r in runs.items()})
     return {"runs": runs}
