@@ -26,6 +26,7 @@ from conftest import (
     one_line,
     run_cli,
 )
+from row_kit import LOG, write_row
 
 from fairseq_noising.analysis import divergence, logs, ngrams, plots, pseudocounts
 from fairseq_noising.cli import analyze
@@ -488,6 +489,29 @@ def test_curves_mark_the_first_epoch_at_each_halved_rate(tmp_path, capsys, monke
     [marks] = [line for line in fig.axes[0].get_lines() if line.get_marker() == "v"]
     assert list(marks.get_xdata()) == [2, 3] and list(marks.get_ydata()) == [128.25, 140.0]
     assert "first epoch at a halved rate" in [t.get_text() for t in fig.axes[0].get_legend().texts]
+
+
+def test_a_sweeps_folder_stands_for_its_rows(tmp_path, capsys):
+    # two rows as Hydra and fairseq write them, the page's logs folder and a stray file beside
+    sweep = tmp_path / "sweep"
+    write_row(sweep / "kn-g0.2-s1", log=LOG)  # best validation 16.0 at epoch 2
+    write_row(sweep / "none-g0-s1", log=LOG[:2], scheme="none", gamma=0)  # 32.0
+    (sweep / "results-logs").mkdir()
+    (sweep / "results-logs" / "kn-g0.2-s1.train.log").write_text(SIMPLE)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    points = run(["sweep", sweep])["points"]
+    assert [(p["scheme"], p["gamma"], p["best_valid_ppl"], p["source"]) for p in points] == [
+        ("kn", 0.2, 16.0, "row"),
+        ("none", 0.0, 32.0, "row"),
+    ]
+    runs = run(["curves", sweep])["runs"]
+    assert list(runs) == ["kn-g0.2-s1 (kn 0.2)", "none-g0-s1 (none 0)"]
+    assert runs["kn-g0.2-s1 (kn 0.2)"]["lr"] == {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.25, 5: 0.25}
+    # a row's own folder is that row alone; a folder of neither rows nor logs says so
+    assert len(run(["curves", sweep / "none-g0-s1"])["runs"]) == 1
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NoisingError, match="empty holds no sweep row, checkpoint_best.pt nor"):
+        run(["sweep", tmp_path / "empty"])
 
 
 @pytest.mark.slow

@@ -9,6 +9,8 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from ...sweep import record
+
 EVAL_MODES = ("auto", "stateless", "stateful")
 
 
@@ -33,6 +35,19 @@ def find_logs(directory: str) -> List[str]:
         os.path.join(directory, "*.txt")
     )
     return [f for f in sorted(found) if os.path.isfile(f)]
+
+
+def expand_sweeps(args: List[str]) -> List[str]:
+    """Each unlabelled sweep folder (no row itself, rows in its sub-folders) as its rows'
+    folders, in order; every other argument as it is."""
+    out = []
+    for arg in args:
+        label, path = split_label(arg)
+        rows = []
+        if label is None and os.path.isdir(path) and record.read(path) is None:
+            rows = [r["run_dir"] for r in record.read_sweep(path)]
+        out += rows or [arg]
+    return out
 
 
 def fmt(x, digits=2) -> str:

@@ -7,7 +7,7 @@ from ...analysis import logs, plots
 from ...analysis.logs import lowered_at
 from ...errors import NoisingError
 from ...sweep import record
-from .common import add_output_args, draw, find_logs, print_table, split_label
+from .common import add_output_args, draw, expand_sweeps, find_logs, print_table, split_label
 
 
 def add_parser(sub):
@@ -16,7 +16,8 @@ def add_parser(sub):
         "logs",
         nargs="+",
         metavar="RUN",
-        help="a sweep row's folder, or a fairseq training log ([LABEL=]PATH)",
+        help="a sweep row's folder (or a sweep's folder: its rows), or a fairseq training log "
+        "([LABEL=]PATH)",
     )
     p.add_argument("--valid-subset", default="valid", help="for logs: the validation subset")
     add_output_args(p)
@@ -62,7 +63,7 @@ def _rate(lr) -> str:
 
 
 def run(args) -> Dict:
-    runs = dict(read_run(arg, args.valid_subset) for arg in args.logs)
+    runs = dict(read_run(arg, args.valid_subset) for arg in expand_sweeps(args.logs))
     rows = [
         [label, e, r["train_ppl"].get(e), r["valid_ppl"].get(e), _rate(r["lr"].get(e))]
         for label, r in runs.items()

@@ -7,7 +7,7 @@ from typing import Dict, List
 from ...analysis import logs, plots
 from ...errors import NoisingError
 from ...sweep import record
-from .common import add_output_args, draw, find_logs, print_table, split_label
+from .common import add_output_args, draw, expand_sweeps, find_logs, print_table, split_label
 
 SCHEME_GAMMA = re.compile(r"^([A-Za-z_]+):([0-9.eE+-]+)$")
 
@@ -18,8 +18,8 @@ def add_parser(sub):
         "runs",
         nargs="+",
         metavar="RUN",
-        help="a sweep row's folder, a checkpoint_best.pt, a run folder or a fairseq log "
-        "(a log is named SCHEME:GAMMA=PATH)",
+        help="a sweep row's folder (or a sweep's folder: its rows), a checkpoint_best.pt, a run "
+        "folder or a fairseq log (a log is named SCHEME:GAMMA=PATH)",
     )
     add_output_args(p)
     p.set_defaults(run=run)
@@ -94,7 +94,9 @@ def sweep_point(arg: str) -> Dict:
 
 
 def run(args) -> Dict:
-    points = sorted((sweep_point(a) for a in args.runs), key=lambda p: (p["scheme"], p["gamma"]))
+    points = sorted(
+        (sweep_point(a) for a in expand_sweeps(args.runs)), key=lambda p: (p["scheme"], p["gamma"])
+    )
     print_table(
         ["scheme", "gamma_0", "best valid ppl", "from", "run"],
         [
