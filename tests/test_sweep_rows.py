@@ -40,6 +40,22 @@ def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_chec
     assert row["training"]["resume_at"] == "update 43 inside epoch 5"
 
 
+def test_an_epoch_whose_summary_a_kill_lost_still_counts(tmp_path):
+    # killed between epoch 1's checkpoint and fairseq's summary of it, then resumed from that
+    # checkpoint: epoch 1 has its validation but no train record, and epochs 2 to 5 follow
+    resumed = [r for r in LOG if r != LOG[1]]
+    t = record.read(str(write_row(tmp_path / "a", log=resumed)))["training"]
+    assert t["epochs"] == 5 and t["valid_ppl"]["1"] == 32.0 and "1" not in t["train_ppl"]
+    # still dead: the checkpoint saved at the end of epoch 1 says that epoch ended
+    saved = checkpoint(HALVED[:1], epoch=2, val_loss=5.0, updates=10)
+    t = record.read(str(write_row(tmp_path / "b", log=LOG[:1], saved=saved)))["training"]
+    assert (t["epochs"], t["valid_ppl"], t["resume_at"]) == (1, {"1": 32.0}, "the end of epoch 1")
+    # a validation inside epoch 1 (saved inside it) ends nothing
+    inside = checkpoint([], epoch=1, inside=4, updates=4)
+    t = record.read(str(write_row(tmp_path / "c", log=LOG[:1], saved=inside)))["training"]
+    assert (t["epochs"], t["valid_ppl"], t["last_valid_ppl"]) == (0, {}, 32.0)
+
+
 @pytest.mark.parametrize(
     "settings, saved, expected",
     [

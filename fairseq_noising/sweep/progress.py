@@ -125,6 +125,20 @@ def _patience_ran_out(values: List[float], patience: int, maximize: bool) -> boo
     return runs >= patience
 
 
+def _finished_epochs(series: Dict, saved: Optional[Dict]) -> set:
+    """The epochs trained to their end: those with fairseq's epoch summary (``train``), those
+    that a later epoch's record follows, and the one checkpoint_last.pt was saved at the end of
+    (a process killed between that save and the summary logs no summary for it)."""
+    epochs = [int(r["epoch"]) for r in series["valid"]] + list(series["train"])
+    if series["inner"]:
+        epochs.append(int(series["inner"]["epoch"]))
+    latest = max(epochs, default=0)
+    finished = set(series["train"]) | {e for e in epochs if e < latest}
+    if saved and saved["epoch"] is not None and not saved["inside"]:
+        finished.add(saved["epoch"])
+    return finished
+
+
 def training(run_dir: str, cfg: Dict) -> Dict:
     """How far the row's training got: epochs trained (and validated at their end), fairseq's
     validation and training perplexities and learning rate per finished epoch and its last
@@ -137,9 +151,10 @@ def training(run_dir: str, cfg: Dict) -> Dict:
     series = series or {"valid": [], "train": {}, "inner": None}
     saved = checkpoint(run_dir)
     train = series["train"]
+    finished = _finished_epochs(series, saved)
     valid_ppl: Dict[str, float] = {}
     for rec in series["valid"]:  # a finished epoch's last validation: the one at its end
-        if int(rec["epoch"]) in train:
+        if int(rec["epoch"]) in finished:
             valid_ppl[str(int(rec["epoch"]))] = _num(rec, "valid_ppl")
     last_valid = _num(series["valid"][-1], "valid_ppl") if series["valid"] else None
     train_ppl = {str(e): _num(r, "train_ppl") for e, r in sorted(train.items())}
@@ -147,7 +162,7 @@ def training(run_dir: str, cfg: Dict) -> Dict:
     sched, opt = cfg.get("lr_scheduler") or {}, cfg.get("optimization") or {}
     halving = sched.get("_name") == "paper_halving"
     halvings, ended = halving_progress(cfg, saved) if halving else (None, False)
-    inner, last_epoch = series["inner"], max(train, default=0)
+    inner, last_epoch = series["inner"], max(finished, default=0)
     done, lr = float(last_epoch), _num(train.get(last_epoch), "train_lr")
     if inner and (_num(inner, "update") or 0) > last_epoch:  # inside an epoch (still running?)
         done, lr = _num(inner, "update"), _num(inner, "lr")
