@@ -59,7 +59,6 @@ OVERRIDES = {
     "fairseq-generate": ["--cpu", "--num-workers", "0", "--max-len-a", "0", "--max-len-b", "5"],
     "fairseq-noise-preview": [],
     "fairseq-hydra-train": [
-        f"common.user_dir={PLUGIN_DIR}",
         "++model.hidden_size=16",
         "optimization.max_epoch=1",
         "optimization.max_update=3",

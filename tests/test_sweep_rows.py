@@ -320,9 +320,7 @@ def test_a_sweep_with_an_unknown_scheme_pages_the_good_row_and_the_bad_ones_line
     elsewhere.mkdir(parents=True)
     (elsewhere / "__init__.py").write_text("raise ImportError('the other checkout')\n")
     config = sweep / "none-g0-s1" / ".hydra" / "config.yaml"
-    config.write_text(
-        config.read_text().replace("${hydra:runtime.cwd}/fairseq_noising", str(elsewhere))
-    )
+    config.write_text(config.read_text().replace("${fairseq_noising.user_dir:}", str(elsewhere)))
     rec = json.loads((sweep / "none-g0-s1" / "row.json").read_text())
     del rec["evaluation"]
     (sweep / "none-g0-s1" / "row.json").write_text(json.dumps(rec))

@@ -12,13 +12,14 @@ the test perplexity computed from the checkpoint (tests/score_kit.py).
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import CLI_ENV, REPO, cli, lm_train_argv
+from conftest import CLI_ENV, PLUGIN_DIR, REPO, cli, lm_train_argv
 from halving_kit import train_in_process
 from omegaconf import OmegaConf
 from score_kit import stateful_perplexity
@@ -129,8 +130,11 @@ def test_every_table_config_builds_the_model_its_name_says(config_name):
     assert model.decoder.dropout_out.p == dropout
     assert cfg.hydra.callbacks.row._target_ == "fairseq_noising.sweep.callback.RowCallback"
     assert cfg.hydra.launcher._target_.endswith(".JoblibLauncher")  # rows side by side
-    user_dir = OmegaConf.to_container(cfg.common)["user_dir"]  # resolved where the sweep runs
-    assert user_dir == "${hydra:runtime.cwd}/fairseq_noising"
+    # the plugin is the folder Python imports it from, in the process that trains the row
+    assert OmegaConf.to_container(cfg.common)["user_dir"] == "${fairseq_noising.user_dir:}"
+    import fairseq_noising.sweep  # noqa: F401  (the resolver, as the callback's import has it)
+
+    assert cfg.common.user_dir == str(PLUGIN_DIR)
 
 
 def test_the_lm_tables_run_the_papers_protocol():
@@ -348,6 +352,29 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
     assert "FAILED" in md_rows(page, "kn-g1.5-s1")[0][-1]
     assert (sweep_dir / "results-curves.png").stat().st_size > 1000
     assert len(list((sweep_dir / "results-logs").glob("*.train.log"))) == 3
+
+
+@pytest.mark.slow
+def test_a_sweep_trains_with_the_plugin_python_imports_from_any_folder(ptb_tiny_bin, tmp_path):
+    # an installed copy of the plugin (a wheel, not the checkout), the sweep run from a folder
+    # that holds no fairseq_noising: each row's fairseq loads the copy Python imported
+    site = tmp_path / "site"
+    shutil.copytree(
+        PLUGIN_DIR, site / "fairseq_noising", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**CLI_ENV, "PYTHONPATH": os.pathsep.join([str(site), CLI_ENV.get("PYTHONPATH", "")])}
+    sweep_dir = tmp_path / "sweep"
+    argv = sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, "task={noise_scheme:none,noise_gamma:0}",
+                      "optimization.max_epoch=1")  # fmt: skip
+    proc = subprocess.run(
+        [str(a) for a in argv], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert record_of(sweep_dir / "none-g0-s1")["status"] == "ended"
+    log = (sweep_dir / "none-g0-s1" / "hydra_train.log").read_text()
+    assert f"'user_dir': '{site / 'fairseq_noising'}'" in log
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ import sys
 from typing import Dict, List
 
 from ..errors import NoisingError
-from . import bleu, record
+from . import PLUGIN_DIR, bleu, record
 
 BATCH = ["--batch-size", "64", "--required-batch-size-multiple", "1"]
 
@@ -36,7 +36,7 @@ def _argv(cfg: Dict, checkpoint: str, cwd: str, shown: bool) -> List[str]:
     if shown:
         paths = [record.relative(p, where) for p in paths]
     else:  # the plugin that runs here (fairseq refuses a second one of the same name)
-        paths[1] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        paths[1] = PLUGIN_DIR
     data, user_dir, path = paths
     args = [data, "--user-dir", user_dir, "--task", task["_name"], "--path", path]
     return args + (["--cpu"] if cfg["common"].get("cpu") else [])
