@@ -140,10 +140,10 @@ def _finished_epochs(series: Dict, saved: Optional[Dict]) -> set:
 
 
 def training(run_dir: str, cfg: Dict) -> Dict:
-    """How far the row's training got: epochs trained (and validated at their end), fairseq's
-    validation and training perplexities and learning rate per finished epoch and its last
-    validation (inside an epoch, with --save-interval-updates), the position, halvings, learning rate, why it stopped,
-    its cumulative training time."""
+    """How far the row's training got: the epochs trained (and validated at their end); per
+    finished epoch fairseq's validation and training perplexities and learning rate; the last
+    validation (inside an epoch, with --save-interval-updates); the position, the halvings, the
+    learning rate now, why it stopped and its cumulative training time."""
     path = os.path.join(run_dir, LOG)
     series = json_log(path) if os.path.isfile(path) else None
     if series is None and os.path.isfile(path):
