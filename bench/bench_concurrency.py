@@ -294,7 +294,9 @@ def training_command(args, device, log_interval):
     cmd = [_common.cli("fairseq-hydra-train"), "--config-dir", str(REPO / "recipes" / "config")]
     cmd += ["--config-name", f"ptb_{args.size}"]
     cmd += [f"task.data={Path(data).resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
-    cmd += ["~hydra.callbacks.row", f"optimization.max_epoch={MAX_EPOCH}"]
+    # without the row callback nothing registers ${fairseq_noising.user_dir:}: name the folder
+    cmd += ["~hydra.callbacks.row", f"common.user_dir={REPO / 'fairseq_noising'}"]
+    cmd += [f"optimization.max_epoch={MAX_EPOCH}"]
     cmd += [f"common.log_interval={log_interval}"] + (
         ["common.cpu=true"] if device == "cpu" else []
     )
