@@ -131,6 +131,53 @@ def test_a_row_whose_process_is_gone_is_stopped(tmp_path, monkeypatch):
         assert record.read(str(run_dir))["status"] == status
 
 
+def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_path, monkeypatch):
+    """The halvings, the end of the protocol, the time budget and the training time live in
+    checkpoint_last.pt; the callback keeps them in the record when the training returns, so a
+    row whose checkpoints were deleted (or left out of an archive) pages the same."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    monkeypatch.setattr(callback, "_evaluate", lambda run_dir: None)  # no model to evaluate
+    # the protocol's end, worked out by hand above; and a fixed rate stopped by 0.05 h
+    protocol = write_row(
+        tmp_path / "kn",
+        log=LOG,
+        saved=checkpoint(HALVED, epoch=6, val_loss=4.3, updates=50, seconds=321.5),
+    )
+    timed = write_row(
+        tmp_path / "none",
+        scheduler="fixed",
+        hours=0.05,
+        log=LOG[:4],
+        saved=checkpoint([], epoch=3, updates=20, seconds=180.5),
+    )
+    expected = {
+        protocol: ((2, "halvings", 0.0, 321.5), "end of the protocol (epoch 5, all 2 halvings)"),
+        timed: ((None, "time", 1.0, 180.5), "stopped by the time budget, "),
+    }
+    done = JobReturn()
+    done.status = JobStatus.COMPLETED
+    for run_dir, (facts, words) in expected.items():
+        record.write(str(run_dir), {"format": 2, "status": "training"})
+        job = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(run_dir)}}})
+        callback.RowCallback()._record_ending(str(run_dir), done, job)
+        # while the checkpoint is there, it is what tells (a record may be older than it)
+        rec = record.read_record(str(run_dir))
+        record.write(str(run_dir), dict(rec, at_end=dict(rec["at_end"], wall_seconds=1.0)))
+        assert record.read(str(run_dir))["training"]["wall_seconds"] == facts[3]
+        record.write(str(run_dir), rec)
+        (run_dir / "checkpoint_last.pt").unlink()
+        row = record.read(str(run_dir))
+        t = row["training"]
+        assert (t["halvings"], t["stop"], t["lr"], t["wall_seconds"]) == facts
+        assert page.how(row).startswith(words)
+        # a record without them (written before the training returned) cannot tell
+        rec = record.read_record(str(run_dir))
+        record.write(str(run_dir), {k: rec[k] for k in rec if k != "at_end"})
+        assert record.read(str(run_dir))["training"]["stop"] is None
+
+
 def test_a_rows_record_says_whether_an_mps_daemon_serves_it(tmp_path, monkeypatch):
     """CUDA finds an MPS daemon through CUDA_MPS_PIPE_DIRECTORY (recipes/mps.py sets it for the
     rows it starts): the record the row's callback writes when the row starts says so."""

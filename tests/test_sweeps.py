@@ -346,6 +346,11 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
         every = md_rows(page, name)
         assert every and every[0][2] == f"{rec['evaluation']['valid_ppl']:.2f}"
         assert "capped by --max-epoch" in every[0][-1]
+        # the checkpoint's facts outlive it: the record kept them when the training returned
+        (run_dir / "checkpoint_last.pt").unlink()
+        gone = record_of(run_dir)["training"]
+        assert gone["wall_seconds"] == rec["training"]["wall_seconds"] > 0
+        assert gone["resume_at"] == rec["training"]["resume_at"] == "the end of epoch 2"
     label = md_rows(page, "bigram Kneser-Ney")[0]
     kn = record_of(sweep_dir / "kn-g0.2-s1")["evaluation"]
     assert label[1:4] == ["0.2", f"{kn['valid_ppl']:.2f}†", f"{kn['test_ppl']:.2f}†"]

@@ -13,7 +13,8 @@ starts fairseq's running bests afresh (a process may have trained another row be
 writes the row's record (``row.json``, :mod:`.record`: status ``training``, the process, the
 GPU, whether an MPS daemon serves it). When the training ends it evaluates
 ``checkpoint_best.pt`` in a process of its own (:mod:`.evaluate`), records how the row ended (or
-why it failed, in one line, also printed at once) and rewrites the sweep's results page
+why it failed, in one line, also printed at once), with what the checkpoint says of the
+training's end (for when the checkpoints are gone), and rewrites the sweep's results page
 (:mod:`.page`). Nothing it does fails a row that trained, and a row that failed leaves the
 others alone.
 """
@@ -87,7 +88,7 @@ class RowCallback(Callback):
         name = os.path.basename(os.path.normpath(run_dir))
         rec["ended"] = record.now()
         if job_return.status == JobStatus.COMPLETED:
-            rec.update(status="ended")
+            rec.update(status="ended", at_end=record.at_end(run_dir))
             rec.pop("error", None)
             record.write(run_dir, rec)
             error = _evaluate(run_dir)

@@ -19,6 +19,10 @@ by fairseq's own stop tests: ``halvings`` (paper_halving's last halved rate trai
 ``patience`` (``checkpoint.patience`` validations without improving on the best),
 ``max_update``, ``time`` (``optimization.stop_time_hours``), ``max_epoch`` (the epoch count
 capped it), or None (not ended, or for a reason no fact shows).
+
+The facts only the checkpoint holds (:data:`AT_END`) are kept in the row's record when its
+training returns (``row.json``'s ``at_end``): a row whose checkpoints are gone (deleted to save
+space, left out of an archive) still says how it ended.
 """
 
 import json
@@ -29,6 +33,7 @@ from typing import Dict, List, Optional
 
 LOG = "hydra_train.log"  # what fairseq-hydra-train writes into the row's folder
 CHECKPOINT = "checkpoint_last.pt"
+AT_END = ("halvings", "stop", "lr", "wall_seconds", "resume_at")  # facts of checkpoint_last.pt
 # a json record of fairseq's progress bar, as Hydra's job logging prints it: [time][TAG][LEVEL] - {
 _JSON_LINE = re.compile(r"^\[[^\]]*\]\[(valid|train|train_inner)\]\[[A-Z]+\] - (\{.*\})\s*$")
 
@@ -139,11 +144,13 @@ def _finished_epochs(series: Dict, saved: Optional[Dict]) -> set:
     return finished
 
 
-def training(run_dir: str, cfg: Dict) -> Dict:
+def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
     """How far the row's training got: the epochs trained (and validated at their end); per
     finished epoch fairseq's validation and training perplexities and learning rate; the last
     validation (inside an epoch, with --save-interval-updates); the position, the halvings, the
-    learning rate now, why it stopped and its cumulative training time."""
+    learning rate now, why it stopped and its cumulative training time. Without a
+    checkpoint_last.pt, ``at_end`` (what it said when the training returned) gives those of
+    :data:`AT_END`."""
     path = os.path.join(run_dir, LOG)
     series = json_log(path) if os.path.isfile(path) else None
     if series is None and os.path.isfile(path):
@@ -187,7 +194,7 @@ def training(run_dir: str, cfg: Dict) -> Dict:
         stop = "max_epoch"
     if ended:
         lr = 0.0  # the scheduler's rate after the last halving
-    return {
+    facts = {
         "epochs": len(valid_ppl),
         "epochs_done": round(done, 3),
         "valid_ppl": valid_ppl,
@@ -201,6 +208,9 @@ def training(run_dir: str, cfg: Dict) -> Dict:
         "wall_seconds": seconds,
         "resume_at": saved["where"] if saved else None,
     }
+    if saved is None and at_end:
+        facts.update({k: at_end[k] for k in AT_END if k in at_end})
+    return facts
 
 
 def _from_old_log(path: str, cfg: Dict) -> Dict:

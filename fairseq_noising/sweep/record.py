@@ -8,7 +8,8 @@ the one place that holds it:
 - ``checkpoint_last.pt`` and the json log (fairseq): how far the training got (:mod:`.progress`);
 - ``row.json`` (the row's callback, :mod:`.callback`): its status (``training``, ``ended``,
   ``failed`` with the error's line), when it started and ended, the process that runs it
-  (host, pid, SLURM job), the GPU and MPS, and its evaluation (:mod:`.evaluate`).
+  (host, pid, SLURM job), the GPU and MPS, what the checkpoint said when the training returned
+  (``at_end``, for a row whose checkpoints are gone) and its evaluation (:mod:`.evaluate`).
 
 :func:`read` puts them together into a plain dict, the page's input (:mod:`.page`). A row
 recorded ``training`` whose process is gone shows as ``stopped``.
@@ -196,10 +197,20 @@ def read(run_dir: str) -> Optional[Dict]:
         command=command(hydra, files["overrides"], cwd),
         table=((hydra.get("callbacks") or {}).get("row") or {}).get("table"),
     )
-    row["training"] = progress.training(run_dir, cfg)
+    row["training"] = progress.training(run_dir, cfg, (rec or {}).get("at_end"))
     if row["status"] == "training" and alive(row.get("process")) is False:
         row["status"] = "stopped"
     return row
+
+
+def at_end(run_dir: str) -> Optional[Dict]:
+    """The facts of the row's checkpoint_last.pt that the page needs (:data:`.progress.AT_END`),
+    for its record when the training returns; None without a readable row."""
+    try:
+        row = read(run_dir)
+        return {k: row["training"][k] for k in progress.AT_END}
+    except Exception:  # no row, or files it cannot read: the record goes without
+        return None
 
 
 def _float(value, default: float) -> float:
