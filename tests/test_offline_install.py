@@ -235,10 +235,12 @@ READY = re.compile(r"fairseq-noising ready: torch (\S+), fairseq \S+, --user-dir
 
 @pytest.fixture(scope="module")
 def fresh_venv(wheelhouse, tmp_path_factory):
-    """VENV, missing before, made by --from-wheelhouse with no index; and what that printed."""
+    """VENV, missing before, made by --from-wheelhouse with no index; and what that printed.
+
+    Run from the checkout, as a user does, where ``fairseq_noising`` is a folder beside them."""
     root = tmp_path_factory.mktemp("fresh")
     proc = setup_sh(
-        "--from-wheelhouse", wheelhouse, env=offline_env(VENV=str(root / "env")), cwd=root
+        "--from-wheelhouse", wheelhouse, env=offline_env(VENV=str(root / "env")), cwd=REPO
     )
     yield root / "env", proc.stdout + proc.stderr
     shutil.rmtree(root / "env", ignore_errors=True)  # a whole torch: not kept either

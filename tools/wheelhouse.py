@@ -288,8 +288,8 @@ print(f"fairseq-noising ready: torch {torch.__version__}, fairseq {fairseq.__ver
       f"--user-dir {os.path.dirname(fairseq_noising.__file__)}")"""
 
 
-def run_python(python, code, *args):
-    proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True)
+def run_python(python, code, *args, flags=()):
+    proc = subprocess.run([str(python), *flags, "-c", code, *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise Error(f"{python}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}")
     return proc.stdout.strip()
@@ -372,7 +372,9 @@ def install(args):
     for line in pip("check", python=python).stdout.splitlines():
         if line.strip() and not any(re.search(rf"requires {n}\b", line) for n in left_out):
             say(f"warning: {line}")
-    print(run_python(python, READY))
+    # -P: not the caller's directory first on sys.path, so that run from a checkout the line
+    # names the installed plugin, not the checkout's (the wheels need Python >= 3.11, which has -P)
+    print(run_python(python, READY, flags=("-P",)))
 
 
 def main(argv=None):
