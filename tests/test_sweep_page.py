@@ -348,7 +348,7 @@ def test_an_unreadable_row_has_its_line(sweep_of):
     assert cells(got.main, "none")[:3] == ["0", "130.00", "126.00"]
 
 
-def test_seeds_are_averaged_and_their_spread_shown(sweep_of):
+def test_seeds_are_averaged_and_their_spread_shown(sweep_of, drawn):
     rows = [
         ended_lm("none", 0, 130.0, 126.0, 131.0),
         ended_lm("none", 0, 132.0, 129.0, 133.0, seed=2),
@@ -378,6 +378,15 @@ def test_seeds_are_averaged_and_their_spread_shown(sweep_of):
         "76.9",
     ]
     assert cells(got.every, "kn-g0.2-s2")[:5] == ["0.2", "2", "111.00", "105.50", "6"]
+    # Figure 1 draws every seed of the chosen gamma_0, each its own curves
+    [(runs, png, halved)] = drawn
+    assert list(runs) == ["none seed 1", "none seed 2", "kn gamma_0 0.4"]
+    assert [runs[k][1] for k in runs] == [
+        {5: 134.0, 6: 131.0},
+        {5: 136.0, 6: 133.0},
+        {5: 115.0, 6: 112.0},
+    ]
+    assert "every seed of the gamma_0 in the table" in got.text
 
 
 def test_a_pipe_in_an_error_line_stays_in_its_cell(sweep_of):
