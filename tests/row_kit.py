@@ -1,6 +1,7 @@
 """A sweep row's folder built by hand, as Hydra, fairseq and the row callback write it
-(tests/test_sweep_rows.py, tests/test_analyze.py): Hydra's three files, fairseq's json log and
-checkpoint_last.pt, and a paper_halving run with 2 halvings worked out by hand.
+(tests/test_sweep_rows.py, tests/test_analyze.py): Hydra's three files, the row's progress file
+(and fairseq's json log of the same records), checkpoint_last.pt, and a paper_halving run with 2
+halvings worked out by hand.
 """
 
 import json
@@ -26,9 +27,12 @@ def write_row(
     table=None,
     scheme="kn",
     gamma=0.2,
+    progress=None,
 ):
     """A row's folder: Hydra's three files (with the interpolations a sweep's config has), its
-    json log (``log``: (tag, record) pairs) and, with ``saved``, a checkpoint_last.pt."""
+    progress file and json log (``log``: (tag, record) pairs as fairseq's json log has them,
+    after one start from scratch; ``progress``: the progress file's events instead) and, with
+    ``saved``, a checkpoint_last.pt."""
     hydra_dir = run_dir / ".hydra"
     hydra_dir.mkdir(parents=True)
     (hydra_dir / "config.yaml").write_text(
@@ -90,9 +94,26 @@ def write_row(
     (run_dir / "hydra_train.log").write_text(
         "[x][fairseq_cli.train][INFO] - {'_name': None}\n" + "".join(lines)
     )
+    if progress is None:
+        progress = [{"tag": "start", "from": None}] + [as_event(tag, rec) for tag, rec in log]
+    (run_dir / "progress.jsonl").write_text(
+        "".join(json.dumps({"time": 1000.0 + 60 * i, **e}) + "\n" for i, e in enumerate(progress))
+    )
     if saved is not None:
         torch.save(saved, run_dir / "checkpoint_last.pt")
     return run_dir
+
+
+def as_event(tag, rec):
+    """A json log's record as the progress file has it: fairseq's statistics by their own
+    names (``loss``, not ``valid_loss``), as numbers."""
+    prefix = "" if tag == "train_inner" else f"{tag}_"
+    out = {"tag": tag}
+    for key, value in rec.items():
+        key = key.removeprefix(prefix) if key != "epoch" else key
+        out["position" if tag == "train_inner" and key == "update" else key] = float(value)
+    out["epoch"] = int(rec["epoch"])
+    return out
 
 
 def checkpoint(validations, epoch, inside=0, val_loss=None, updates=100, seconds=60.0):
@@ -130,6 +151,11 @@ def valid(epoch, loss, ppl):
 def train(epoch, ppl, lr, updates):
     rec = {"epoch": epoch, "train_ppl": str(ppl), "train_lr": str(lr)}
     return ("train", dict(rec, train_num_updates=str(updates)))
+
+
+def inner(epoch, position, lr, updates):
+    rec = {"epoch": epoch, "update": position, "lr": str(lr), "num_updates": str(updates)}
+    return ("train_inner", rec)
 
 
 # the plateau rule with 2 halvings, by hand: 5 first, 4 improves, 4.5 worse (halving 1),

@@ -68,7 +68,8 @@ def make_row(
     halvings = None if translation else 8
     training = dict(epochs=6, epochs_done=6.0, valid_ppl={}, train_ppl={}, halvings=halvings)
     training.update(max_halvings=halvings, lr=0.00390625, resume_at="the end of epoch 6")
-    training.update(stop="patience" if translation else "halvings", wall_seconds=600.0)
+    training.update(stop="patience" if translation else "halvings", training_seconds=600.0)
+    training.update(wall_seconds=660.0, recorded=True, runs=one_run())
     training.update(got)
     seen = list(training["valid_ppl"].values())
     training.setdefault("last_valid_ppl", seen[-1] if seen else None)
@@ -110,16 +111,32 @@ def make_row(
     return row
 
 
+AT_6 = {"epoch": 6, "updates": 600, "inside": False, "where": "the end of epoch 6"}
+
+
+def one_run(started=1000.0, last=1660.0):
+    """The processes of a row that one process trained from scratch to its end."""
+    run = {"started": started, "last": last, "ended": last, "status": "completed", "from": None}
+    return {
+        "count": 1,
+        "resumed": 0,
+        "restarts": 0,
+        "stops": [],
+        "wall_seconds": last - started,
+        "list": [dict(run, validations=[], dropped=False)],
+    }
+
+
 def ended_lm(key, gamma, valid, test, fairseq_valid, seed=1):
     """An LM row that ended: evaluated valid and test perplexity, fairseq's last validation."""
     commands = [f"fairseq-eval-lm data-bin/ptb --gen-subset {s}" for s in SPLITS]
-    evaluation = {"commands": commands, "valid_ppl": valid, "test_ppl": test}
+    evaluation = {"commands": commands, "valid_ppl": valid, "test_ppl": test, "chosen": AT_6}
     curves = dict(valid_ppl={"5": fairseq_valid + 3, "6": fairseq_valid}, train_ppl={"6": 80.0})
     return make_row(key, gamma, evaluation=evaluation, seed=seed, **curves)
 
 
 def ended_mt(key, gamma, valid, bleu, tok_bleu=None):
-    evaluation = {"commands": ["fairseq-validate data-bin/m30k"]}
+    evaluation = {"commands": ["fairseq-validate data-bin/m30k"], "chosen": AT_6}
     evaluation.update(valid_ppl=valid, bleu={"score": bleu, "signature": SIG.format("13a")})
     if tok_bleu is not None:  # only with a tokenized reference
         evaluation["tok_bleu"] = {"score": tok_bleu, "signature": SIG.format("none")}
@@ -199,8 +216,8 @@ def md_tables(text):
 
 def read_page(path):
     text = Path(path).read_text(encoding="utf-8")
-    main, every = md_tables(text)
-    return Page(text, main, every)
+    found = md_tables(text)
+    return Page(text, found[0], found[-1])
 
 
 def cells(table, row):
@@ -256,16 +273,10 @@ def test_a_row_still_training_shows_fairseqs_validation_and_where_it_is(lm_page)
     )
     # fairseq's last validation (epoch 2); a quarter of epoch 3, lr 1; no halving yet
     where = "training, epoch 3 (25% of it), lr 1, 0 of 8 halvings"
-    assert cells(lm_page.every, "kn-g0.4") == ["0.4", "90.00*", "—", "2", "0", "10 min", where]
-    ended = [
-        "0.2",
-        "110.00",
-        "104.50",
-        "6",
-        "8",
-        "10 min",
-        "end of the protocol (epoch 6, all 8 halvings)",
-    ]
+    training = ["0.4", "90.00*", "—", "—", "2", "0", "10 min", "11 min", "1", where]
+    assert cells(lm_page.every, "kn-g0.4") == training
+    ended = ["0.2", "110.00", "104.50", "epoch 6", "6", "8", "10 min", "11 min", "1"]
+    ended.append("end of the protocol (epoch 6, all 8 halvings)")
     assert cells(lm_page.every, "kn-g0.2") == ended
 
 
@@ -275,7 +286,12 @@ def test_a_row_whose_process_is_gone_shows_where_it_stopped(sweep_of):
         valid_ppl={"2": 90.0}, resume_at="update 90 inside epoch 3",
     )  # fmt: skip
     got = sweep_of([ended_lm("none", 0, 130.0, 126.0, 131.0), stopped])
-    assert re.search(r"^\*\*In progress\*\* \([^)]+\): of 2 rows, 1 stopped\.$", got.text, re.M)
+    # nothing runs: the page says so, not "in progress"
+    stopped_line = (
+        r"^\*\*Stopped\*\* \([^)]+\): of 2 rows, 1 stopped before their end and no process runs "
+        r"them; the sweep's command run again resumes them\.$"
+    )
+    assert re.search(stopped_line, got.text, re.M) and "In progress" not in got.text
     how = "stopped: its process is gone (epoch 3 (25% of it), lr 1, 0 of 8 halvings); resumes from update 90 inside epoch 3"
     assert cells(got.every, "kn-g0.4")[-1] == how
     assert f"\n    {stopped['command']}\n" in got.text  # the command that resumes it
@@ -336,7 +352,7 @@ def test_a_row_of_an_unknown_scheme_has_its_line_and_the_others_their_figures(sw
     bogus = make_row("bogus", 0.2, "failed", error=error, epochs=0, valid_ppl={}, stop=None)
     got = sweep_of([ended_lm("none", 0, 130.0, 126.0, 131.0), bogus])
     assert cells(got.main, "none")[:3] == ["0", "130.00", "126.00"]
-    assert cells(got.main, "bogus")[:3] == ["—", "—", "—"]
+    assert "bogus" not in [r[0] for r in got.main]  # no line of figures for a failed row
     assert cells(got.every, "bogus-g0.2")[-1] == f"FAILED ({error})"
 
 
@@ -377,7 +393,14 @@ def test_seeds_are_averaged_and_their_spread_shown(sweep_of, drawn):
         "79.9",
         "76.9",
     ]
-    assert cells(got.every, "kn-g0.2-s2")[:5] == ["0.2", "2", "111.00", "105.50", "6"]
+    assert cells(got.every, "kn-g0.2-s2")[:5] == ["0.2", "2", "111.00", "105.50", "epoch 6"]
+    # over seeds: means and spreads by hand; kn's test (108) minus none's (127.5) is beyond
+    # both spreads (0 and 3)
+    over = md_tables(got.text)[1]
+    assert over[0][-3:] == ["Test - none", "none's spread", "beyond both spreads"]
+    assert cells(over, "none") == ["2", "131.00", "2.00", "127.50", "3.00", "—", "—", "—"]
+    kn = ["1", "109.00", "0.00", "108.00", "0.00", "-19.50", "3.00", "yes"]
+    assert cells(over, "bigram Kneser-Ney") == kn
     # Figure 1 draws every seed of the chosen gamma_0, each its own curves
     [(runs, png, halved)] = drawn
     assert list(runs) == ["none seed 1", "none seed 2", "kn gamma_0 0.4"]
@@ -397,7 +420,8 @@ def test_a_pipe_in_an_error_line_stays_in_its_cell(sweep_of):
     )
     rows = [ended_lm("kn", 0.2, 110.0, 104.5, 112.0), make_row("kn", 0.3, "failed", error=error)]
     every = sweep_of(rows).every
-    assert cells(every, "kn-g0.3") == ["0.3", "—", "—", "6", "8", "10 min", f"FAILED ({error})"]
+    failed = ["0.3", "—", "—", "—", "6", "8", "10 min", "11 min", "1", f"FAILED ({error})"]
+    assert cells(every, "kn-g0.3") == failed
 
 
 def test_translation_page_has_bleu_signatures_and_the_iwslt_figures(sweep_of, drawn):
@@ -423,8 +447,8 @@ def test_translation_page_has_bleu_signatures_and_the_iwslt_figures(sweep_of, dr
     assert got.text.startswith("# Multi30k En-De, the paper's LSTM\n")
     assert "IWSLT'15 En-De figures (Table 4), another corpus" in got.text
     # a fixed learning rate stopped by patience: the protocol's end, no halvings
-    assert {tuple(r[6:]) for r in got.every[1:]} == {
-        ("—", "10 min", "end of the protocol (epoch 6, patience)")
+    assert {tuple(r[7:]) for r in got.every[1:]} == {
+        ("—", "10 min", "11 min", "1", "end of the protocol (epoch 6, patience)")
     }
     # the translation figure: none against kn on both sides, kn's gamma_0 the chosen one
     [(runs, png, halved)] = drawn
@@ -457,7 +481,7 @@ def test_commands_name_no_absolute_path(sweep_of):
     assert commands and all(not w.startswith("/") for c in commands for w in c.split())
 
 
-def test_cli_writes_the_page_and_copies_each_rows_log(tmp_path, monkeypatch, capsys):
+def test_cli_writes_the_page_and_copies_each_rows_files(tmp_path, monkeypatch, capsys):
     rows = [ended_lm("kn", 0.2, 110.0, 104.5, 112.0), make_row("kn", 0.4, "training", stop=None)]
     sweep = tmp_path / "sweep"
     rows = [dict(r, run_dir=str(sweep / r["name"])) for r in rows]
@@ -466,19 +490,18 @@ def test_cli_writes_the_page_and_copies_each_rows_log(tmp_path, monkeypatch, cap
         Path(r["run_dir"], "hydra_train.log").write_text(f"{r['name']}'s log")
     monkeypatch.setattr(record, "read_sweep", lambda sweep_dir: rows)
     monkeypatch.setattr(tables, "train_sentences", lambda cfg, cwd: PTB_LINES)
-    logs = tmp_path / "page-logs"
-    logs.mkdir()
-    (logs / "stale.train.log").write_text("an earlier page's")
+    kept = tmp_path / "page-rows"
+    kept.mkdir()
+    (kept / "stale").mkdir()
     out = tmp_path / "page.md"
     assert page.main([str(sweep), "--out", str(out)]) == 0
     assert capsys.readouterr().out == f"wrote {out}\n"
-    assert sorted(os.listdir(logs)) == ["kn-g0.2.train.log", "kn-g0.4.train.log"]
-    assert all(
-        (logs / f).read_text() == f"{f[: -len('.train.log')]}'s log" for f in os.listdir(logs)
-    )
+    assert sorted(os.listdir(kept)) == ["kn-g0.2", "kn-g0.4"]  # an earlier page's are gone
+    assert all((kept / n / "hydra_train.log").read_text() == f"{n}'s log" for n in os.listdir(kept))
     text = read_page(out).text
     assert text.startswith("# Penn Treebank, medium model (paper Table 2)\n")
-    assert "Training logs: [`page-logs/`](page-logs/)." in text
+    link = "Each row's record, progress, evaluation output and training log: [`page-rows/`](page-rows/)."
+    assert link in text
     commands = [r["command"] for r in rows] + rows[0]["evaluation"]["commands"]
     assert all(f"\n    {c}\n" in text for c in commands)
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from row_kit import CWD, HALVED, LOG, checkpoint, valid, write_row
 
-from fairseq_noising.sweep import callback, page, record, tables
+from fairseq_noising.sweep import callback, page, page_tables, record, tables
 
 
 def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_checkpoint(tmp_path):
@@ -29,7 +29,7 @@ def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_chec
     t = row["training"]
     assert (t["halvings"], t["max_halvings"], t["stop"], t["lr"]) == (2, 2, "halvings", 0.0)
     assert record.ending(dict(row, status="ended")) == "protocol"
-    assert t["epochs"] == 5 and t["epochs_done"] == 5.0 and t["wall_seconds"] == 321.5
+    assert t["epochs"] == 5 and t["epochs_done"] == 5.0 and t["training_seconds"] == 321.5
     assert t["valid_ppl"] == {"1": 32.0, "2": 16.0, "3": 22.6, "4": 18.4, "5": 19.7}
     assert t["train_ppl"]["5"] == 16.5 and t["resume_at"] == "the end of epoch 5"
     assert t["train_lr"] == {"1": 1.0, "2": 1.0, "3": 0.5, "4": 0.25, "5": 0.25}
@@ -138,7 +138,7 @@ def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_
     from hydra.core.utils import JobReturn, JobStatus
     from omegaconf import OmegaConf
 
-    monkeypatch.setattr(callback, "_evaluate", lambda run_dir: None)  # no model to evaluate
+    monkeypatch.setattr(callback.RowCallback, "_record_evaluation", lambda *a: None)  # no model
     # the protocol's end, worked out by hand above; and a fixed rate stopped by 0.05 h
     protocol = write_row(
         tmp_path / "kn",
@@ -164,14 +164,14 @@ def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_
         callback.RowCallback()._record_ending(str(run_dir), done, job)
         # while the checkpoint is there, it is what tells (a record may be older than it)
         rec = record.read_record(str(run_dir))
-        record.write(str(run_dir), dict(rec, at_end=dict(rec["at_end"], wall_seconds=1.0)))
-        assert record.read(str(run_dir))["training"]["wall_seconds"] == facts[3]
+        record.write(str(run_dir), dict(rec, at_end=dict(rec["at_end"], training_seconds=1.0)))
+        assert record.read(str(run_dir))["training"]["training_seconds"] == facts[3]
         record.write(str(run_dir), rec)
         (run_dir / "checkpoint_last.pt").unlink()
         row = record.read(str(run_dir))
         t = row["training"]
-        assert (t["halvings"], t["stop"], t["lr"], t["wall_seconds"]) == facts
-        assert page.how(row).startswith(words)
+        assert (t["halvings"], t["stop"], t["lr"], t["training_seconds"]) == facts
+        assert page_tables.how(row).startswith(words)
         # a record without them (written before the training returned) cannot tell
         rec = record.read_record(str(run_dir))
         record.write(str(run_dir), {k: rec[k] for k in rec if k != "at_end"})
@@ -215,7 +215,7 @@ def _write_pages(sweep_dir, n, errors, trace):
     """Writes the page ``n`` times; each render notes when it starts and ends in ``trace``."""
     import time
 
-    render = page.render
+    render = page.render.render
 
     def traced(*args, **kwargs):
         with open(trace, "a") as f:
@@ -226,7 +226,7 @@ def _write_pages(sweep_dir, n, errors, trace):
             f.write(f"end {os.getpid()}\n")
         return text
 
-    page.render = traced
+    page.render.render = traced
     try:
         for _ in range(n):
             page.write(sweep_dir)
@@ -256,7 +256,7 @@ def test_rows_that_end_together_write_one_page_at_a_time(tmp_path):
     # 15 renders, none starting before the one before it ended
     assert events[0::4] == ["start"] * 15 and events[2::4] == ["end"] * 15
     assert events[1::4] == events[3::4]  # each render ends in the process that started it
-    assert sorted(os.listdir(sweep / "results-logs")) == ["kn.train.log", "none.train.log"]
+    assert sorted(os.listdir(sweep / "results-rows")) == ["kn", "none"]
     assert sorted(p.name for p in sweep.iterdir() if ".part" in p.name or ".old" in p.name) == []
     text = (sweep / "results.md").read_text()
     assert text.count("\n| kn | 0.2 |") == 1 and text.count("\n| none | 0.2 |") == 1

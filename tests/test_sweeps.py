@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import CLI_ENV, PLUGIN_DIR, REPO, cli, lm_train_argv
 from halving_kit import train_in_process
 from omegaconf import OmegaConf
@@ -328,7 +329,7 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
     assert proc.returncode != 0  # the sweep says a row failed ...
     failed = record_of(sweep_dir / "kn-g1.5-s1")
     assert failed["status"] == "failed"
-    assert "--noise-gamma must lie in [0, 1], got 1.5" in failed["error"]
+    assert failed["error"] == "fairseq-noising: error: task.noise_gamma must lie in [0, 1], got 1.5"
     page = (sweep_dir / "results.md").read_text()
     for name, key in (("none-g0-s1", "none"), ("kn-g0.2-s1", "kn")):  # ... the others ran through
         run_dir = sweep_dir / name
@@ -349,14 +350,23 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
         # the checkpoint's facts outlive it: the record kept them when the training returned
         (run_dir / "checkpoint_last.pt").unlink()
         gone = record_of(run_dir)["training"]
-        assert gone["wall_seconds"] == rec["training"]["wall_seconds"] > 0
+        assert gone["training_seconds"] == rec["training"]["training_seconds"] > 0
         assert gone["resume_at"] == rec["training"]["resume_at"] == "the end of epoch 2"
     label = md_rows(page, "bigram Kneser-Ney")[0]
     kn = record_of(sweep_dir / "kn-g0.2-s1")["evaluation"]
     assert label[1:4] == ["0.2", f"{kn['valid_ppl']:.2f}†", f"{kn['test_ppl']:.2f}†"]
-    assert "FAILED" in md_rows(page, "kn-g1.5-s1")[0][-1]
+    failed_cells = md_rows(page, "kn-g1.5-s1")[0]
+    assert failed_cells[-1] == (
+        "FAILED (fairseq-noising: error: task.noise_gamma must lie in [0, 1], got 1.5)"
+    )
+    assert not md_rows(page, "bigram Kneser-Ney")[1:]  # the failed kn row is no line of its own
     assert (sweep_dir / "results-curves.png").stat().st_size > 1000
-    assert len(list((sweep_dir / "results-logs").glob("*.train.log"))) == 3
+    for name in ("none-g0-s1", "kn-g0.2-s1", "kn-g1.5-s1"):  # every row's files beside the page
+        kept = sweep_dir / "results-rows" / name
+        assert {"row.json", "progress.jsonl", "hydra_train.log"} <= {p.name for p in kept.iterdir()}
+        assert (kept / ".hydra" / "config.yaml").read_text() == (
+            sweep_dir / name / ".hydra" / "config.yaml"
+        ).read_text()
 
 
 @pytest.mark.slow
@@ -407,6 +417,58 @@ def test_a_killed_row_resumes_from_its_last_checkpoint(ptb_small_bin, tmp_path):
     assert len(resumed) == 2 and re.match(r" .*checkpoint_last\.pt \(epoch [12] @", resumed[1])
     rec = record_of(run_dir)
     assert rec["status"] == "ended" and rec["training"]["epochs"] == 3
+    # the progress file keeps both processes: the first stopped, the second resumed from its
+    # checkpoint and ended; the validations are those of the training the checkpoints continue
+    runs = rec["training"]["runs"]
+    assert (runs["count"], runs["resumed"], runs["restarts"]) == (2, 1, 0)
+    first, second = runs["list"]
+    assert first["ended"] is None and second["ended"] is not None
+    assert second["from"]["where"] == killed["training"]["resume_at"] == "the end of epoch 1"
+    assert sorted(rec["training"]["valid_ppl"]) == ["1", "2", "3"]
+    page = (sweep_dir / "results.md").read_text()
+    assert md_rows(page, "kn-g0.2-s1")[0][-2] == "2 (1 resumed)"
+    assert re.search(r"^- kn-g0\.2-s1: stopped .* resumed .* from the end of epoch", page, re.M)
+
+
+@pytest.mark.slow
+def test_a_command_for_an_ended_row_changes_nothing_of_it(ptb_tiny_bin, tmp_path):
+    """fairseq's --max-update test runs after an update: run again, a capped row would train
+    one more. The row's callback has fairseq train nothing, and the row's files stay as they
+    were."""
+    sweep_dir = tmp_path / "sweep"
+    argv = sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, "task={noise_scheme:none,noise_gamma:0}",
+                      "optimization.max_update=15", "hydra/launcher=basic")  # fmt: skip
+    run_sweep(argv)
+    run_dir = sweep_dir / "none-g0-s1"
+    kept = ("checkpoint_last.pt", "checkpoint_best.pt", "row.json", "progress.jsonl")
+    before = {n: (run_dir / n).read_bytes() for n in kept}
+    assert record_of(run_dir)["training"]["stop"] == "max_update"
+    again = run_sweep(argv)
+    assert {n: (run_dir / n).read_bytes() for n in kept} == before
+    said = again.stdout + again.stderr
+    assert "row none-g0-s1: capped by --max-update, " in said and ": nothing to train" in said
+    # a larger cap trains on, to the end of epoch 2 (--max-epoch 2, 10 updates an epoch)
+    run_sweep([*argv, "optimization.max_update=25"])
+    state = torch.load(run_dir / "checkpoint_last.pt", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 20
+    assert record_of(run_dir)["training"]["stop"] == "max_epoch"
+
+
+@pytest.mark.slow
+def test_a_simple_log_records_the_same_facts_as_a_json_log(ptb_tiny_bin, tmp_path):
+    """The record reads the progress file, which fairseq's progress bars fill whatever the log
+    format: a row logged in fairseq's simple format records what the same row logged in json
+    records."""
+    facts = {}
+    for fmt in ("json", "simple"):
+        sweep_dir = tmp_path / fmt
+        argv = sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, "task={noise_scheme:kn,noise_gamma:0.2}",
+                          f"common.log_format={fmt}", "hydra/launcher=basic")  # fmt: skip
+        run_sweep(argv)
+        t = record_of(sweep_dir / "kn-g0.2-s1")["training"]
+        assert t["recorded"] is True and t["epochs"] == 2
+        facts[fmt] = {k: t[k] for k in ("valid_ppl", "train_ppl", "train_lr", "halvings", "stop")}
+    assert facts["simple"] == facts["json"]
 
 
 @pytest.mark.slow

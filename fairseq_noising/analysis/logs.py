@@ -170,3 +170,47 @@ def ppl_from_best(best: float, metric: str) -> float:
     if metric == "ppl":
         return float(best)
     raise ValueError(f"cannot turn the best {metric} into a perplexity")
+
+
+_STAMP = re.compile(r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+_LOADED = re.compile(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)")
+
+
+def progress_events(text: str, subset: str = "valid") -> List[Dict]:
+    """A sweep row's progress file (:mod:`fairseq_noising.sweep.events`) from its json log, for
+    a row trained before rows recorded one: a ``start`` at each process's start (``from`` the
+    updates of the checkpoint it loaded, or None), then its json records with fairseq's own
+    statistic names, each at its line's time (the machine's local time, as logging printed it)."""
+    import time
+
+    out: List[Dict] = [{"tag": "imported", "time": 0.0}]
+    when = 0.0
+    for line in text.splitlines():
+        m = _STAMP.match(line)
+        if m:
+            when = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))  # local
+        if _PROCESS_START.search(line):
+            out.append({"tag": "start", "from": None, "time": when})
+        elif (m := _LOADED.search(line)) and out[-1]["tag"] == "start":
+            out[-1]["from"] = {"updates": int(m.group(1)), "where": f"update {m.group(1)}"}
+        brace = line.find('{"epoch"')
+        if brace < 0:
+            continue
+        try:
+            stats = json.loads(line[brace:])
+        except ValueError:
+            continue
+        if "update" in stats:
+            tag, prefix = "train_inner", ""
+        elif "train_loss" in stats:
+            tag, prefix = "train", "train_"
+        elif f"{subset}_loss" in stats:
+            tag, prefix = subset, f"{subset}_"
+        else:
+            continue
+        event = {"tag": tag, "epoch": int(stats.pop("epoch")), "time": when}
+        for key, value in stats.items():
+            name = "position" if key == "update" else key.removeprefix(prefix)
+            event[name] = _number({name: value}, name)
+        out.append(event)
+    return out

@@ -8,58 +8,83 @@ Named in a sweep's config (``recipes/config``)::
           _target_: fairseq_noising.sweep.callback.RowCallback
           table: {title: ..., paper: {...}}   # the page's title and the paper's figures
 
-When a row starts, in the process that trains it (a joblib worker, a SLURM job), the callback
-starts fairseq's running bests afresh (a process may have trained another row before) and
-writes the row's record (``row.json``, :mod:`.record`: status ``training``, the process, the
-GPU, whether an MPS daemon serves it). When the training ends it evaluates
-``checkpoint_best.pt`` in a process of its own (:mod:`.evaluate`), records how the row ended (or
-why it failed, in one line, also printed at once), with what the checkpoint says of the
-training's end (for when the checkpoints are gone), and rewrites the sweep's results page
-(:mod:`.page`). Nothing it does fails a row that trained, and a row that failed leaves the
-others alone.
+In the process that trains a row (a joblib worker, a SLURM job) it starts fairseq's running bests
+afresh, writes the row's record (``row.json``, :mod:`.record`) and appends to its progress file
+(:mod:`.events`) the start, what fairseq reports while it trains, and the end. When the training
+ends it evaluates ``checkpoint_best.pt`` in a process of its own (:mod:`.evaluate`) and rewrites
+the sweep's page (:mod:`.page`). A row whose training had ended is left as it is (fairseq loads
+it and trains nothing). Nothing it does fails a row that trained; a failed row leaves the others
+alone.
 """
 
+import functools
 import logging
 import os
 import subprocess
 import sys
-from typing import Any, Optional
+from contextlib import ExitStack
+from typing import Any, Dict, Optional
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from . import page, record
+from . import events, page, page_tables, progress, record
 
 logger = logging.getLogger(__name__)
 
 
 def one_line(e: BaseException, config: Optional[DictConfig] = None) -> str:
-    """An exception in one line that names what was wrong: omegaconf's errors name the field
-    (``full_key``, inside its group: ``noise_scheme`` of ``task``) on a line of their own; it is
-    put first, with its group."""
+    """An exception in one line that names what was wrong, as the row's config names it:
+    omegaconf's errors name the field (``full_key``, put first with its group); the plugin's
+    (``fairseq-noising: error: --noise-gamma ...``) name a flag, which becomes its field
+    (``task.noise_gamma``)."""
+    from ..errors import PREFIX, error_line
+
+    ours = error_line(e)
+    if ours is not None:
+        words = [_field(w, config) for w in ours.removeprefix(PREFIX).split(" ")]
+        return PREFIX + " ".join(words)
     lines = [s.strip() for s in str(e).strip().splitlines() if s.strip()] or [type(e).__name__]
     key, text = getattr(e, "full_key", None), lines[0]
     if key and "." not in key and config is not None:
-        groups = [g for g, sub in config.items() if isinstance(sub, DictConfig) and key in sub]
-        key = f"{groups[0]}.{key}" if len(groups) == 1 else key
+        key = _field(key, config)
     if key and key not in text:
         text = f"{key}: {text}"
     return f"{type(e).__name__}: {text}"
 
 
+def _field(word: str, config: Optional[DictConfig]) -> str:
+    """``--noise-gamma`` or ``noise_gamma`` as the config's field ``task.noise_gamma`` when
+    exactly one group of ``config`` has it; the word as it is otherwise."""
+    name = word.removeprefix("--").replace("-", "_") if word.startswith("--") else word
+    if config is None or not name.isidentifier():
+        return word
+    groups = [g for g, sub in config.items() if isinstance(sub, DictConfig) and name in sub]
+    return f"{groups[0]}.{name}" if len(groups) == 1 else word
+
+
 class RowCallback(Callback):
-    def __init__(self, page: Optional[str] = None, **options: Any):
-        # options: table (title, note, paper figures), title, beam, reference, tok_reference,
-        # tokenizer, generate_args: read back from .hydra/hydra.yaml by the page and evaluation
-        self.page = page
+    def __init__(self, page: Optional[str] = None, title: Optional[str] = None, **options: Any):
+        # options: table (title, note, paper figures), beam, reference, tok_reference,
+        # tokenizer, lowercase, generate_args: read back from .hydra/hydra.yaml by the page and
+        # the evaluation
+        self.page, self.title = page, title
+        self._job = ExitStack()  # what this process's row changed of fairseq, undone at its end
+        self._ended = False  # the row had ended before this job: nothing to train or record
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from .. import fairseq_compat
+        from .. import fairseq_compat, fairseq_compat_training
 
         fairseq_compat.forget_best_validation_value()  # this process may have trained a row
+        run_dir = config.hydra.runtime.output_dir
+        self._ended = _has_ended(run_dir)
+        if self._ended:
+            logger.info(f"row {_name(run_dir)}: {self._ended}: nothing to train")
+            self._job.enter_context(fairseq_compat_training.no_training())
+            return
+        _warn_inside_epochs(config)
         try:
-            run_dir = config.hydra.runtime.output_dir
             os.makedirs(run_dir, exist_ok=True)
             rec = {"format": record.FORMAT, "status": "training", "started": record.now()}
             rec.update(process=record.this_process(), gpu=_gpu(), mps=_mps())
@@ -67,13 +92,24 @@ class RowCallback(Callback):
             if "evaluation" in earlier:  # a rerun: reused if the checkpoint does not change
                 rec["evaluation"] = earlier["evaluation"]
             record.write(run_dir, rec)
+            saved = progress.checkpoint(run_dir)
+            at = {k: saved[k] for k in ("epoch", "updates", "inside", "where")} if saved else None
+            events.append(run_dir, {"tag": "start", "from": at})
         except Exception as e:  # a record is no reason not to train
             logger.warning(f"could not write the row's record: {e}")
+        write = functools.partial(_append_quietly, run_dir)
+        self._job.enter_context(fairseq_compat_training.recorded_progress(write))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        self._job.close()
         run_dir = config.hydra.runtime.output_dir
         try:
-            self._record_ending(run_dir, job_return, config)
+            if not self._ended:
+                status = "completed" if job_return.status == JobStatus.COMPLETED else "failed"
+                _append_quietly(run_dir, {"tag": "end", "status": status})
+                self._record_ending(run_dir, job_return, config)
+            elif not (record.read_record(run_dir) or {}).get("evaluation"):
+                self._record_evaluation(run_dir, record.read_record(run_dir) or {})
         except Exception as e:  # a broken record stops no other row
             logger.warning(f"could not record the row's ending: {e}")
         self._write_page(config)
@@ -85,28 +121,39 @@ class RowCallback(Callback):
 
     def _record_ending(self, run_dir: str, job_return: JobReturn, config: DictConfig) -> None:
         rec = record.read_record(run_dir) or {"format": record.FORMAT}
-        name = os.path.basename(os.path.normpath(run_dir))
         rec["ended"] = record.now()
-        if job_return.status == JobStatus.COMPLETED:
-            rec.update(status="ended", at_end=record.at_end(run_dir))
-            rec.pop("error", None)
-            record.write(run_dir, rec)
-            error = _evaluate(run_dir)
-            rec = record.read_record(run_dir) or rec
-            if error:
-                rec.update(status="failed", error=f"evaluation: {error}")
-        else:
+        if job_return.status != JobStatus.COMPLETED:
             rec.update(status="failed", error=one_line(job_return._return_value, config))
+            record.write(run_dir, rec)
+            logger.error(f"row {_name(run_dir)}: failed: {rec['error']}")
+            return
+        rec.update(status="ended", at_end=record.at_end(run_dir))
+        rec.pop("error", None)
         record.write(run_dir, rec)
-        if rec["status"] == "failed":
-            logger.error(f"row {name}: failed: {rec['error']}")
+        self._record_evaluation(run_dir, rec)
+
+    def _record_evaluation(self, run_dir: str, rec: Dict) -> None:
+        """Evaluates the row in a process of its own (its output in ``eval.log``), which
+        records its figures, or why it failed, in the row's record."""
+        with open(os.path.join(run_dir, "eval.log"), "w", encoding="utf-8") as f:
+            done = subprocess.run(
+                [sys.executable, "-m", "fairseq_noising.sweep.evaluate", run_dir],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
+        rec = record.read_record(run_dir) or rec
+        if done.returncode != 0:
+            error = rec.get("evaluation_error") or f"exit status {done.returncode} (eval.log)"
+            rec.update(status="failed", error=f"evaluation: {error}")
+            record.write(run_dir, rec)
+            logger.error(f"row {_name(run_dir)}: failed: {rec['error']}")
             return
         row = record.read(run_dir)
-        logger.info(f"row {name}: {page.how(row) if row else 'ended'}")
+        logger.info(f"row {_name(run_dir)}: {page_tables.how(row) if row else 'ended'}")
 
     def _write_page(self, config: DictConfig) -> Optional[str]:
         try:
-            return page.write(config.hydra.sweep.dir, self.page)
+            return page.write(config.hydra.sweep.dir, self.page, title=self.title, by_row=True)
         except Exception as e:  # the page is rewritten by the next row, or by hand
             logger.warning(f"could not write the results page: {type(e).__name__}: {e}")
             return None
@@ -124,18 +171,42 @@ def _mps() -> bool:
     return bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
 
 
-def _evaluate(run_dir: str) -> Optional[str]:
-    """Runs ``fairseq-noise-eval RUN_DIR`` in a process of its own (its output in the row's
-    ``eval.log``); the error's line, or None."""
-    log = os.path.join(run_dir, "eval.log")
-    with open(log, "w", encoding="utf-8") as f:
-        done = subprocess.run(
-            [sys.executable, "-m", "fairseq_noising.sweep.evaluate", run_dir],
-            stdout=f,
-            stderr=subprocess.STDOUT,
-        )
-    if done.returncode == 0:
+def _name(run_dir: str) -> str:
+    return os.path.basename(os.path.normpath(run_dir))
+
+
+def _append_quietly(run_dir: str, event: Dict) -> None:
+    try:
+        events.append(run_dir, event)
+    except OSError as e:  # a full disk: the training goes on, its record stops
+        logger.warning(f"could not record the row's progress: {e}")
+
+
+def _has_ended(run_dir: str) -> Optional[str]:
+    """How the row's training ended, when it has (by what its files say under the config this
+    job is given: a larger budget or update cap trains on); None otherwise."""
+    try:
+        row = record.read(run_dir)
+    except Exception:  # a row that cannot be read trains
         return None
-    with open(log, encoding="utf-8", errors="replace") as f:
-        lines = [s for s in f.read().strip().splitlines() if s.strip()]
-    return (lines or [f"exit {done.returncode}"])[-1].strip()
+    if not row or row["status"] in ("unreadable",) or not row.get("training"):
+        return None
+    stop = row["training"]["stop"]
+    return page_tables.how(dict(row, status="ended")) if stop else None
+
+
+def _warn_inside_epochs(config: DictConfig) -> None:
+    """Validations inside an epoch may write checkpoint_best.pt: the model the row evaluates is
+    then not the best end-of-epoch model that the paper's protocol picks."""
+    from omegaconf import OmegaConf
+
+    every = OmegaConf.select(config, "checkpoint.save_interval_updates", default=0) or (
+        OmegaConf.select(config, "dataset.validate_interval_updates", default=0)
+    )
+    if every:
+        logger.warning(
+            f"checkpoint.save_interval_updates / dataset.validate_interval_updates = {every}: "
+            "validations inside epochs may choose checkpoint_best.pt, the model this row "
+            "evaluates (the paper's protocol picks the best end-of-epoch model); its page says "
+            "which validation chose it"
+        )

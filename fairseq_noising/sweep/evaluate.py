@@ -18,9 +18,10 @@ import math
 import os
 import shlex
 import sys
+import traceback
 from typing import Dict, List
 
-from ..errors import NoisingError
+from ..errors import PREFIX, NoisingError
 from . import PLUGIN_DIR, bleu, record
 
 BATCH = ["--batch-size", "64", "--required-batch-size-multiple", "1"]
@@ -160,6 +161,20 @@ def translation(cfg: Dict, checkpoint: str, cwd: str, options: Dict, out_dir: st
     return figures
 
 
+def chosen_by(checkpoint: str) -> Dict:
+    """The validation after which fairseq saved ``checkpoint``: ``{"epoch", "updates",
+    "inside", "loss", "where"}`` (``inside``: a save inside an epoch, which the paper's
+    protocol never picks)."""
+    import torch
+
+    from .. import fairseq_compat
+    from ..checkpoint_safety import allow_fairseq_checkpoints
+
+    allow_fairseq_checkpoints()
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    return fairseq_compat.checkpoint_position(state)
+
+
 def evaluate_row(run_dir: str) -> Dict:
     """Evaluates a row's ``checkpoint_best.pt`` and records the figures in its ``row.json``;
     reuses the record's figures when the checkpoint has not changed since."""
@@ -183,18 +198,27 @@ def evaluate_row(run_dir: str) -> Dict:
         figures = translation(cfg, checkpoint, cwd, opts, run_dir)
     else:
         figures = language_model(cfg, checkpoint, cwd)
-    figures.update(checkpoint_mtime=stamp, evaluated=record.now())
+    figures.update(checkpoint_mtime=stamp, evaluated=record.now(), chosen=chosen_by(checkpoint))
     shown_dir = record.relative(
         os.path.abspath(run_dir), cwd if os.path.isdir(cwd) else os.getcwd()
     )
     figures["commands"].insert(0, shlex.join(["fairseq-noise-eval", shown_dir]))
     rec = record.read_record(run_dir) or rec  # the callback may have written meanwhile
     rec["evaluation"] = figures
+    rec.pop("evaluation_error", None)
     if rec.get("status") == "failed" and str(rec.get("error", "")).startswith("evaluation:"):
         rec["status"] = "ended"  # the evaluation that had failed now ran
         rec.pop("error")
     record.write(run_dir, rec)
     return figures
+
+
+def _record_failure(run_dir: str, line: str) -> None:
+    """Why the evaluation failed, in the row's record (its callback reads it from there)."""
+    rec = record.read_record(run_dir)
+    if rec is not None:
+        rec["evaluation_error"] = line.removeprefix(PREFIX)
+        record.write(run_dir, rec)
 
 
 def main(argv=None) -> int:
@@ -205,8 +229,12 @@ def main(argv=None) -> int:
     for run_dir in args.run_dirs:
         try:
             figures = evaluate_row(run_dir)
-        except NoisingError as e:
-            print(f"fairseq-noise-eval: {run_dir}: {e}", file=sys.stderr)
+        except Exception as e:
+            line = str(e) if isinstance(e, NoisingError) else f"{type(e).__name__}: {e}"
+            _record_failure(run_dir, line.splitlines()[0] if line else type(e).__name__)
+            if not isinstance(e, NoisingError):
+                traceback.print_exc()
+            print(f"fairseq-noise-eval: {run_dir}: {line}", file=sys.stderr)
             status = 1
             continue
         shown = {k: v for k, v in figures.items() if k.endswith("_ppl")}

@@ -1,4 +1,5 @@
-"""How far a row's training got, from what fairseq and the scheduler store, never from log prose.
+"""How far a row's training got, from what fairseq, the scheduler and the row store, never from
+log lines.
 
 Two sources, both structured:
 
@@ -7,60 +8,30 @@ Two sources, both structured:
   ``--stop-time-hours``), the last validation's value (``extra_state["val_loss"]``) and, for
   ``paper_halving``, the scheduler's validations, whose replay gives the halvings and whether
   the protocol has ended (:mod:`fairseq_noising.optim.halving_rule`);
-- fairseq's json log (``common.log_format: json``; the configs of ``recipes/config`` set it): one
-  JSON object per validation (tag ``valid``), per epoch (``train``) and per logged update
-  (``train_inner``), for the per-epoch series and the position of a training still running.
-
-A run trained before its configs logged json has a ``simple`` log; its series come from
-:mod:`fairseq_noising.analysis.logs`, the one module that reads old logs.
+- the row's progress file (:mod:`.events`): every validation, epoch summary and logged update of
+  the training its checkpoints continue, and each process that trained it (when it started,
+  from where, and whether it ended or was stopped).
 
 How a training ended (:func:`training`'s ``stop``) follows from these facts and the row's config,
 by fairseq's own stop tests: ``halvings`` (paper_halving's last halved rate trained),
-``patience`` (``checkpoint.patience`` validations without improving on the best),
-``max_update``, ``time`` (``optimization.stop_time_hours``), ``max_epoch`` (the epoch count
-capped it), or None (not ended, or for a reason no fact shows).
+``patience`` (``checkpoint.patience`` validations of the last process without improving on its
+best: fairseq's count starts afresh in each process), ``max_update``, ``time``
+(``optimization.stop_time_hours``), ``max_epoch`` (the epoch count capped it), or None.
 
 The facts only the checkpoint holds (:data:`AT_END`) are kept in the row's record when its
 training returns (``row.json``'s ``at_end``): a row whose checkpoints are gone (deleted to save
 space, left out of an archive) still says how it ended.
 """
 
-import json
+import dataclasses
 import os
-import re
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
-LOG = "hydra_train.log"  # what fairseq-hydra-train writes into the row's folder
+from . import events
+
 CHECKPOINT = "checkpoint_last.pt"
-AT_END = ("halvings", "stop", "lr", "wall_seconds", "resume_at")  # facts of checkpoint_last.pt
-# a json record of fairseq's progress bar, as Hydra's job logging prints it: [time][TAG][LEVEL] - {
-_JSON_LINE = re.compile(r"^\[[^\]]*\]\[(valid|train|train_inner)\]\[[A-Z]+\] - (\{.*\})\s*$")
-
-
-def json_log(path: str) -> Optional[Dict]:
-    """The series of a json log: ``valid`` (every validation, in order), ``train`` (per epoch)
-    and the last ``train_inner`` record; None when the log holds no json record."""
-    out: Dict = {"valid": [], "train": {}, "inner": None}
-    found = False
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = _JSON_LINE.match(line)
-            if not m:
-                continue
-            try:
-                rec = json.loads(m.group(2))
-            except ValueError:
-                continue
-            found = True
-            tag = m.group(1)
-            if tag == "valid":
-                out["valid"].append(rec)
-            elif tag == "train":
-                out["train"][int(rec["epoch"])] = rec
-            else:
-                out["inner"] = rec
-    return out if found else None
+AT_END = ("halvings", "stop", "lr", "training_seconds", "resume_at")  # of checkpoint_last.pt
 
 
 def _num(rec: Optional[Dict], key: str) -> Optional[float]:
@@ -94,19 +65,28 @@ def checkpoint(run_dir: str) -> Optional[Dict]:
     return facts
 
 
+def _scheduler(cfg: Dict) -> Dict:
+    """paper_halving's settings of the row: its config's, with the scheduler's defaults for a
+    field an older config lacks."""
+    from ..optim.paper_halving import PaperHalvingLRScheduleConfig
+
+    fields = {f.name: f.default for f in dataclasses.fields(PaperHalvingLRScheduleConfig)}
+    return {**fields, **(cfg.get("lr_scheduler") or {})}
+
+
 def halving_progress(cfg: Dict, saved: Optional[Dict]):
     """``(halvings, ended)`` of a paper_halving row from its checkpoint: the scheduler's
     validations replayed, with the end-of-epoch validation that fairseq saved before handing
     it to the scheduler (the scheduler replays it the same way when it resumes)."""
     from ..optim import halving_rule
 
-    sched = dict(cfg["lr_scheduler"])
+    sched = _scheduler(cfg)
     rule_cfg = SimpleNamespace(
-        halvings=int(sched.get("halvings", 8)),
-        halving_threshold=sched.get("halving_threshold"),
+        halvings=int(sched["halvings"]),
+        halving_threshold=sched["halving_threshold"],
         lr=list(cfg["optimization"]["lr"]),
-        lr_shrink=float(sched.get("lr_shrink", 0.5)),
-        best_checkpoint_metric=cfg["checkpoint"].get("best_checkpoint_metric", "loss"),
+        lr_shrink=float(sched["lr_shrink"]),
+        best_checkpoint_metric=cfg["checkpoint"]["best_checkpoint_metric"],
     )
     state = (saved or {}).get("scheduler") or {}
     validations = [dict(v) for v in state.get("validations") or []]
@@ -118,7 +98,7 @@ def halving_progress(cfg: Dict, saved: Optional[Dict]):
 
 
 def _patience_ran_out(values: List[float], patience: int, maximize: bool) -> bool:
-    """fairseq's ``should_stop_early`` over every validation's metric, in order."""
+    """fairseq's ``should_stop_early`` over one process's validations, in order."""
     if patience <= 0 or not values:
         return False
     best, runs = None, 0
@@ -133,51 +113,72 @@ def _patience_ran_out(values: List[float], patience: int, maximize: bool) -> boo
 def _finished_epochs(series: Dict, saved: Optional[Dict]) -> set:
     """The epochs trained to their end: those with fairseq's epoch summary (``train``), those
     that a later epoch's record follows, and the one checkpoint_last.pt was saved at the end of
-    (a process killed between that save and the summary logs no summary for it)."""
+    (a process killed between that save and the summary reports no summary for it), but not
+    one it was saved inside."""
     epochs = [int(r["epoch"]) for r in series["valid"]] + list(series["train"])
     if series["inner"]:
         epochs.append(int(series["inner"]["epoch"]))
     latest = max(epochs, default=0)
     finished = set(series["train"]) | {e for e in epochs if e < latest}
-    if saved and saved["epoch"] is not None and not saved["inside"]:
-        finished.add(saved["epoch"])
+    if saved and saved["epoch"] is not None:
+        # saved inside an epoch (a stop by --max-update or the time budget, whose summary fairseq
+        # printed all the same): that epoch goes on
+        (finished.discard if saved["inside"] else finished.add)(saved["epoch"])
     return finished
+
+
+def _runs(runs: List[Dict]) -> Dict:
+    """The processes that trained the row: how many resumed it, how many started it again from
+    scratch, when each stopped (a start without an end), and the wall time from the first
+    start to the last event."""
+    resumed = sum(r["from"] is not None for r in runs)
+    restarts = sum(r["from"] is None for r in runs[1:])
+    stops = [dict(at=r["last"], started=r["started"]) for r in runs if r["ended"] is None]
+    wall = runs[-1]["last"] - runs[0]["started"] if runs else None
+    return {
+        "count": len(runs),
+        "resumed": resumed,
+        "restarts": restarts,
+        "stops": stops,
+        "wall_seconds": wall,
+        "list": runs,
+    }
 
 
 def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
     """How far the row's training got: the epochs trained (and validated at their end); per
     finished epoch fairseq's validation and training perplexities and learning rate; the last
-    validation (inside an epoch, with --save-interval-updates); the position, the halvings, the
-    learning rate now, why it stopped and its cumulative training time. Without a
+    validation; the position, the halvings, the learning rate now, why it stopped, its
+    cumulative training time (fairseq's clock) and wall time, and the processes that trained
+    it (``runs``; ``recorded``: False for a row without a progress file). Without a
     checkpoint_last.pt, ``at_end`` (what it said when the training returned) gives those of
     :data:`AT_END`."""
-    path = os.path.join(run_dir, LOG)
-    series = json_log(path) if os.path.isfile(path) else None
-    if series is None and os.path.isfile(path):
-        return _from_old_log(path, cfg)
-    series = series or {"valid": [], "train": {}, "inner": None}
+    found = events.read(run_dir)
+    series = events.series(found or [])
     saved = checkpoint(run_dir)
     train = series["train"]
     finished = _finished_epochs(series, saved)
     valid_ppl: Dict[str, float] = {}
     for rec in series["valid"]:  # a finished epoch's last validation: the one at its end
         if int(rec["epoch"]) in finished:
-            valid_ppl[str(int(rec["epoch"]))] = _num(rec, "valid_ppl")
-    last_valid = _num(series["valid"][-1], "valid_ppl") if series["valid"] else None
-    train_ppl = {str(e): _num(r, "train_ppl") for e, r in sorted(train.items())}
-    train_lr = {str(e): _num(r, "train_lr") for e, r in sorted(train.items())}
-    sched, opt = cfg.get("lr_scheduler") or {}, cfg.get("optimization") or {}
-    halving = sched.get("_name") == "paper_halving"
+            valid_ppl[str(int(rec["epoch"]))] = _num(rec, "ppl")
+    last_valid = _num(series["valid"][-1], "ppl") if series["valid"] else None
+    train_ppl = {str(e): _num(r, "ppl") for e, r in sorted(train.items())}
+    train_lr = {str(e): _num(r, "lr") for e, r in sorted(train.items())}
+    opt, ckpt = cfg.get("optimization") or {}, cfg.get("checkpoint") or {}
+    halving = (cfg.get("lr_scheduler") or {}).get("_name") == "paper_halving"
+    max_halvings = int(_scheduler(cfg)["halvings"]) if halving else None
     halvings, ended = halving_progress(cfg, saved) if halving else (None, False)
     inner, last_epoch = series["inner"], max(finished, default=0)
-    done, lr = float(last_epoch), _num(train.get(last_epoch), "train_lr")
-    if inner and (_num(inner, "update") or 0) > last_epoch:  # inside an epoch (still running?)
-        done, lr = _num(inner, "update"), _num(inner, "lr")
+    done, lr = float(last_epoch), _num(train.get(last_epoch), "lr")
+    if inner and (_num(inner, "position") or 0) > last_epoch:  # inside an epoch
+        done, lr = _num(inner, "position"), _num(inner, "lr")
     updates = saved["updates"] if saved else None
     seconds = saved["seconds"] if saved else None
+    metric = ckpt.get("best_checkpoint_metric", "loss")
+    last_run = series["runs"][-1]["validations"] if series["runs"] else series["valid"]
+    values = [_num(r, metric) for r in last_run]
     stop = None
-    metric = (cfg.get("checkpoint") or {}).get("best_checkpoint_metric", "loss")
-    values = [_num(r, f"valid_{metric}") for r in series["valid"]]
     if ended:
         stop = "halvings"
     elif (opt.get("max_update") or 0) > 0 and (updates or 0) >= opt["max_update"]:
@@ -186,51 +187,32 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
         stop = "time"
     elif _patience_ran_out(
         [v for v in values if v is not None],
-        int((cfg.get("checkpoint") or {}).get("patience", -1) or -1),
-        bool((cfg.get("checkpoint") or {}).get("maximize_best_checkpoint_metric")),
+        int(ckpt.get("patience") or -1),
+        bool(ckpt.get("maximize_best_checkpoint_metric")),
     ):
         stop = "patience"
     elif (opt.get("max_epoch") or 0) > 0 and last_epoch >= opt["max_epoch"]:
         stop = "max_epoch"
     if ended:
         lr = 0.0  # the scheduler's rate after the last halving
+    runs = _runs(series["runs"])
     facts = {
+        "recorded": (found[0]["tag"] != "imported" or "imported") if found else False,
         "epochs": len(valid_ppl),
         "epochs_done": round(done, 3),
         "valid_ppl": valid_ppl,
         "last_valid_ppl": last_valid,
         "train_ppl": train_ppl,
         "train_lr": train_lr,
-        "halvings": min(halvings, int(sched.get("halvings", 8))) if halving else None,
-        "max_halvings": int(sched.get("halvings", 8)) if halving else None,
+        "halvings": min(halvings, max_halvings) if halving else None,
+        "max_halvings": max_halvings,
         "lr": lr,
         "stop": stop,
-        "wall_seconds": seconds,
+        "training_seconds": seconds,
+        "wall_seconds": runs["wall_seconds"],
+        "runs": runs,
         "resume_at": saved["where"] if saved else None,
     }
     if saved is None and at_end:
         facts.update({k: at_end[k] for k in AT_END if k in at_end})
     return facts
-
-
-def _from_old_log(path: str, cfg: Dict) -> Dict:
-    """A run that logged in fairseq's ``simple`` format (before the configs set json)."""
-    from ..analysis import logs
-
-    log = logs.read_log(path)
-    sched = cfg.get("lr_scheduler") or {}
-    halving = sched.get("_name") == "paper_halving"
-    return {
-        "epochs": len(log.valid_ppl),
-        "epochs_done": round(log.epochs_done, 3),
-        "valid_ppl": {str(e): p for e, p in sorted(log.valid_ppl.items())},
-        "last_valid_ppl": log.valid_ppl[max(log.valid_ppl)] if log.valid_ppl else None,
-        "train_ppl": {str(e): p for e, p in sorted(log.train_ppl.items())},
-        "train_lr": {str(e): r for e, r in sorted(log.lr.items())},
-        "halvings": log.halvings if halving else None,
-        "max_halvings": int(sched.get("halvings", 8)) if halving else None,
-        "lr": log.current_lr,
-        "stop": None,
-        "wall_seconds": log.wall_seconds,
-        "resume_at": None,
-    }
