@@ -9,6 +9,8 @@ VENV=${VENV:-.venv}
 BIN=$VENV/bin
 [ -x "$BIN/fairseq-hydra-train" ] || { echo "$NAME: $BIN/fairseq-hydra-train not found: run 'bash recipes/setup.sh' first (or set VENV)" >&2; exit 1; }
 die() { echo "$NAME: $*" >&2; exit 1; }
+# MPS=1 is refused (no GPU, no MPS control program) before any data is prepared
+if [ "${MPS:-0}" = 1 ]; then "$BIN/python" recipes/mps.py --check --prog "$NAME" --flag MPS=1 || exit 1; fi
 
 # sweep CONFIG SWEEP_DIR PAGE [OVERRIDE...]: every row of recipes/config/CONFIG.yaml side by side
 # (fairseq-hydra-train -m; each row a folder of SWEEP_DIR, resumed when run again), under a CUDA
@@ -29,7 +31,7 @@ sweep() {
       die "TIME_BUDGET must be hours (e.g. 0.5) above EVAL_RESERVE, got '$TIME_BUDGET'"
   fi
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per row: rows share the cores
-  if [ "${MPS:-0}" = 1 ]; then cmd=("$BIN/python" recipes/mps.py --folder "$dir/mps" --prog "$NAME" -- "${cmd[@]}"); fi
+  if [ "${MPS:-0}" = 1 ]; then cmd=("$BIN/python" recipes/mps.py --folder "$dir/mps" --prog "$NAME" --flag MPS=1 -- "${cmd[@]}"); fi
   echo "+ ${cmd[*]}"
   "${cmd[@]}" || status=$?
   if compgen -G "$dir/*/row.json" > /dev/null; then

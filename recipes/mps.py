@@ -60,16 +60,21 @@ def _answers(env: Dict[str, str]) -> bool:
     return proc is not None and proc.returncode == 0
 
 
+def check(prog: str, flag: str, device: str) -> None:
+    """The refusals that need no daemon: a device other than cuda, no control program."""
+    if device != "cuda":
+        _fail(prog, f"{flag} needs a CUDA device (MPS shares one GPU), got device {device}")
+    if shutil.which(CONTROL) is None:
+        _fail(prog, f"{flag} needs {CONTROL} (part of the NVIDIA driver) on PATH; it is not there")
+
+
 @contextmanager
 def mps_daemon(
     folder: str, prog: str, flag: str = "MPS=1", device: str = "cuda"
 ) -> Iterator[Dict[str, str]]:
     """Starts an MPS control daemon in ``folder`` (pipe/, log/); yields the variables that point a
     CUDA process at it; stops it when the block ends."""
-    if device != "cuda":
-        _fail(prog, f"{flag} needs a CUDA device (MPS shares one GPU), got device {device}")
-    if shutil.which(CONTROL) is None:
-        _fail(prog, f"{flag} needs {CONTROL} (part of the NVIDIA driver) on PATH; it is not there")
+    check(prog, flag, device)
     folder = os.path.abspath(folder)
     env = {
         "CUDA_MPS_PIPE_DIRECTORY": os.path.join(folder, "pipe"),
@@ -114,17 +119,24 @@ def mps_daemon(
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="mps.py", description="CMD under a CUDA MPS daemon")
-    parser.add_argument("--folder", required=True, help="the daemon's pipe and log folders")
+    parser.add_argument("--folder", help="the daemon's pipe and log folders")
     parser.add_argument("--prog", default="mps.py", help="the name in messages")
+    parser.add_argument(
+        "--flag", default="running a command under MPS", help="what asked for MPS, in messages"
+    )
+    parser.add_argument("--check", action="store_true", help="refuse or accept, run nothing")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command to run (expected -- CMD...)")
+    if not args.check and not (command and args.folder):
+        parser.error("expected --folder DIR -- CMD... (or --check)")
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    with mps_daemon(args.folder, args.prog, device=device) as env:
+    if args.check:
+        check(args.prog, args.flag, device)
+        return 0
+    with mps_daemon(args.folder, args.prog, flag=args.flag, device=device) as env:
         return subprocess.call(command, env={**os.environ, **env})
 
 

@@ -97,7 +97,8 @@ def test_a_daemon_that_does_not_start_or_answer_is_one_line_before_the_command(
     monkeypatch.setenv(setting, "1")
     ran = tmp_path / "ran"
     with pytest.raises(SystemExit) as stopped:
-        mps.main(["--folder", str(tmp_path / "mps"), "--prog", "t.sh", "--", "touch", str(ran)])
+        argv = ["--folder", str(tmp_path / "mps"), "--prog", "t.sh", "--flag", "MPS=1"]
+        mps.main([*argv, "--", "touch", str(ran)])
     assert str(stopped.value).startswith(message) and "\n" not in str(stopped.value)
     assert not ran.exists()
     if setting == "MPS_DEAF":
@@ -120,6 +121,8 @@ def test_without_cuda_it_is_one_line(tmp_path):
         text=True,
     )
     assert proc.returncode == 1
+    # run directly, not by a recipe's MPS=1: the line does not speak of MPS=1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "mps.py: MPS=1 needs a CUDA device (MPS shares one GPU), got device cpu"
+        "mps.py: running a command under MPS needs a CUDA device (MPS shares one GPU), got "
+        "device cpu"
     )

@@ -77,6 +77,8 @@ def test_a_recipe_refuses_a_setting_with_one_line(name, args, env, line, tmp_pat
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith(line), proc.stderr[-2000:]
     assert not list((tmp_path / "work").glob("**/row.json"))  # nothing trained
+    if env.get("MPS"):  # refused before any data was prepared
+        assert not (tmp_path / "work" / "data-bin").exists()
 
 
 def test_every_recipe_has_help():
@@ -145,3 +147,10 @@ def test_the_multi30k_recipe_scores_bleu_against_the_raw_references(tmp_path):
     assert bleu["none"] > 10  # learned by heart: the comparison above is not 0 against 0
     page = (results / "multi30k-cpu.md").read_text()
     assert "bigram Kneser-Ney, target only" in page and "sacrebleu signatures" in page
+
+
+def test_the_folders_the_readme_has_users_write_are_ignored_by_git():
+    # the README binarizes into data-bin/ and the recipes train into runs/
+    for path in ("data-bin/ptb/dict.txt", "runs/ptb/medium/none-g0-s1/checkpoint_last.pt"):
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO)
+        assert done.returncode == 0, f"{path} is not ignored"

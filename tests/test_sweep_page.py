@@ -549,3 +549,102 @@ def test_ending(status, stop, expected):
 )
 def test_row_key(task, key):
     assert record.row_key(task) == key
+
+
+def test_a_model_chosen_inside_an_epoch_is_marked(sweep_of):
+    """A row that validated inside epochs (--save-interval-updates) may evaluate a mid-epoch
+    model, which the paper's protocol never picks: its cell says which validation chose it and
+    its figures carry ‡."""
+    inside = ended_lm("kn", 0.2, 110.0, 104.5, 112.0)
+    inside["evaluation"]["chosen"] = {"epoch": 5, "updates": 530, "inside": True}
+    got = sweep_of([ended_lm("none", 0, 130.0, 126.0, 131.0), inside])
+    assert cells(got.main, "bigram Kneser-Ney")[1:3] == ["110.00‡", "104.50‡"]
+    assert cells(got.main, "none")[1:3] == ["130.00", "126.00"]
+    assert cells(got.every, "kn-g0.2")[3] == "update 530 in epoch 5 ‡"
+    assert cells(got.every, "none-g0")[3] == "epoch 6"
+    assert "Figures marked ‡ come from a model that a validation inside an epoch chose" in got.text
+
+
+def test_each_stop_and_resume_of_a_row_is_said(sweep_of):
+    t0 = 1795700000.0  # 2026-11-26 13:33:20 UTC
+    row = ended_lm("kn", 0.2, 110.0, 104.5, 112.0)
+    at = {"epoch": 3, "updates": 300, "inside": False, "where": "the end of epoch 3"}
+    runs = [
+        {"started": t0, "last": t0 + 600, "ended": None, "status": None, "from": None},
+        {"started": t0 + 900, "last": t0 + 1800, "ended": None, "status": None, "from": at},
+        {"started": t0 + 2000, "last": t0 + 3000, "ended": t0 + 3000, "status": "completed",
+         "from": None},
+    ]  # fmt: skip
+    row["training"]["runs"] = {"count": 3, "resumed": 1, "restarts": 1, "list": runs}
+    row["training"].update(training_seconds=1200.0, wall_seconds=3000.0)
+    got = sweep_of([row])
+    assert cells(got.every, "kn-g0.2")[-4:-1] == [
+        "20 min",
+        "50 min",
+        "3 (1 resumed, 1 from scratch again)",
+    ]
+    assert (
+        "- kn-g0.2: stopped 2026-11-26 13:43 UTC; resumed 2026-11-26 13:48 UTC from the end of epoch 3."
+        in got.text
+    )
+    assert (
+        "- kn-g0.2: stopped 2026-11-26 14:03 UTC; resumed 2026-11-26 14:06 UTC from scratch, starting again."
+        in got.text
+    )
+
+
+def test_one_row_a_row_without_evaluation_and_no_empty_sections(sweep_of):
+    got = sweep_of([make_row("kn", 0.4, "training", stop=None)])
+    assert "from the records of 1 row." in got.text
+    assert "Each row's evaluation" not in got.text  # nothing to put under it
+
+
+def test_a_title_given_once_is_kept_when_rows_rewrite_the_page(sweep_of):
+    rows = [ended_lm("none", 0, 130.0, 126.0, 131.0)]
+    assert sweep_of(rows, title="My own title").text.startswith("# My own title\n")
+    # a row that ends rewrites the page with the options it was written with
+    assert sweep_of(rows, by_row=True).text.startswith("# My own title\n")
+    # the row callback's own title is used where the page was given none
+    other = sweep_of(rows, out=None, by_row=True, title="The sweep's title")
+    assert other.text.startswith("# My own title\n")
+
+
+def test_paths_outside_a_checkout_are_shown_as_they_run_from_one(sweep_of, tmp_path):
+    row = ended_lm("none", 0, 130.0, 126.0, 131.0)
+    row["command"] = (
+        "fairseq-hydra-train -m --config-dir recipes/config --config-name ptb_medium "
+        "hydra.sweep.dir=../sweeps/ptb/medium task.data=../sweeps/ptb/data-bin"
+    )
+    row["config"]["task"]["data"] = "../sweeps/ptb/data-bin"
+    got = sweep_of([row], path_as=["../sweeps/ptb=runs/ptb"])
+    assert "hydra.sweep.dir=runs/ptb/medium task.data=runs/ptb/data-bin" in got.text
+    assert "../sweeps" not in got.text and "Data: `runs/ptb/data-bin`" in got.text
+
+
+def test_unknown_words_in_the_output_are_counted_on_the_page(sweep_of):
+    row = ended_mt("kn", 0.2, 9.1, 31.25)
+    row["evaluation"]["unk"] = {"tokens": 12, "sentences": 9, "of": 1000}
+    got = sweep_of([ended_mt("none", 0, 10.0, 28.0), row], sentences=29000)
+    assert (
+        "`<unk>` in the test output (tokens in sentences), scored as they are (sacrebleu's 13a "
+        "makes three tokens of each): kn-both-g0.2 12 in 9 of 1000." in got.text
+    )
+
+
+def test_bleu_lowercased_on_request(tmp_path):
+    """Lowercased, tokenized data (as some corpora come): BLEU can be scored lowercased, and
+    sacrebleu's signature says so (the oracle: sacrebleu called directly)."""
+    import sacrebleu
+
+    from fairseq_noising.sweep import bleu
+
+    ref = tmp_path / "ref"
+    ref.write_text("The cat sat on the mat .\nA dog barked .\n")
+    hyps = ["the cat sat on the mat .", "a dog barked ."]
+    refs = ref.read_text().splitlines()
+    cased = bleu.score(hyps, str(ref), "en", "none", str(tmp_path / "d1"))["bleu"]
+    lowered = bleu.score(hyps, str(ref), "en", "none", str(tmp_path / "d2"), lowercase=True)
+    lowered = lowered["bleu"]
+    assert lowered["score"] == pytest.approx(100.0) and cased["score"] < 100.0
+    assert cased["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert "case:lc" in lowered["signature"] and "case:mixed" in cased["signature"]

@@ -378,3 +378,97 @@ def test_a_sweep_with_an_unknown_scheme_pages_the_good_row_and_the_bad_ones_line
     assert again.returncode == 0, again.stderr[-2000:]
     figures = json.loads((sweep / "none-g0-s1" / "row.json").read_text())["evaluation"]
     assert figures["valid_ppl"] == evaluation["valid_ppl"]
+
+
+def _progress(*runs):
+    """A progress file: each run a (from, records) pair, records as fairseq's json log has
+    them (row_kit), ended with an end unless from is 'killed'."""
+    from row_kit import as_event
+
+    out = []
+    for at, recs, ended in runs:
+        out.append({"tag": "start", "from": at})
+        out += [as_event(tag, rec) for tag, rec in recs]
+        if ended:
+            out.append({"tag": "end", "status": "completed"})
+    return out
+
+
+def test_fairseqs_patience_counts_afresh_in_each_process(tmp_path):
+    """fairseq keeps its patience count in the process: a resumed row counts from zero again.
+    Patience 2 over 5, 4, 4.5 (one without improving), then a resume and 4.6, 4.7: the second
+    process's best is 4.6 and it has one validation without improving, so patience has not run
+    out; read as one sequence, 4.5, 4.6, 4.7 would make three."""
+    first = [valid(1, 5.0, 32.0), valid(2, 4.0, 16.0), valid(3, 4.5, 22.6)]
+    at = {"epoch": 3, "updates": 0, "inside": False, "where": "the end of epoch 3"}
+    second = [valid(4, 4.6, 24.3), valid(5, 4.7, 26.0)]
+    progress = _progress((None, first, False), (at, second, True))
+    saved = checkpoint([], epoch=6)
+    row = write_row(tmp_path / "r", scheduler="fixed", patience=2, saved=saved, progress=progress)
+    assert record.read(str(row))["training"]["stop"] is None
+    # the same five validations in one process: patience ran out
+    one = write_row(
+        tmp_path / "one",
+        scheduler="fixed",
+        patience=2,
+        saved=saved,
+        progress=_progress((None, first + second, True)),
+    )
+    assert record.read(str(one))["training"]["stop"] == "patience"
+
+
+def test_a_resume_drops_what_the_stopped_process_did_after_its_last_save(tmp_path):
+    # killed after validating epoch 3 (30 updates) but before its save; resumed from the end of
+    # epoch 2 (20 updates), it trained epoch 3 again: epoch 3's figures are the second's
+    killed = LOG[:4] + [valid(3, 4.9, 30.0), ("train", {**LOG[5][1], "train_num_updates": "30"})]
+    at = {"epoch": 2, "updates": 20, "inside": False, "where": "the end of epoch 2"}
+    again = [valid(3, 4.5, 22.6), LOG[5]]
+    progress = _progress((None, killed, False), (at, again, True))
+    t = record.read(str(write_row(tmp_path / "r", progress=progress)))["training"]
+    assert t["valid_ppl"] == {"1": 32.0, "2": 16.0, "3": 22.6}
+    runs = t["runs"]
+    assert (runs["count"], runs["resumed"], runs["restarts"], len(runs["stops"])) == (2, 1, 0, 1)
+    assert runs["list"][0]["ended"] is None and runs["list"][1]["status"] == "completed"
+    # started from scratch again (its checkpoints gone): the first process's records are dropped
+    progress = _progress((None, killed, False), (None, LOG[:2], True))
+    t = record.read(str(write_row(tmp_path / "s", progress=progress)))["training"]
+    assert t["valid_ppl"] == {"1": 32.0} and t["runs"]["restarts"] == 1
+    assert t["runs"]["list"][0]["dropped"] is True
+    # wall time: from the first start to the last record (row_kit: a minute between records)
+    assert t["runs"]["wall_seconds"] == 60.0 * (len(progress) - 1)
+
+
+def test_a_row_without_a_progress_file_says_so(tmp_path):
+    run_dir = write_row(tmp_path / "r", log=LOG)
+    (run_dir / "progress.jsonl").unlink()
+    t = record.read(str(run_dir))["training"]
+    assert t["recorded"] is False and t["epochs"] == 0 and t["valid_ppl"] == {}
+    assert page_tables.runs_cell({"training": t}) == "no record"
+
+
+@pytest.mark.parametrize(
+    "command_line, params, expected",
+    [
+        (["task={noise_scheme:kn,noise_gama:0.2},{noise_scheme:none,noise_gamma:0}"], {},
+         "row task={noise_scheme:kn,noise_gama:0.2}: the task has no field 'noise_gama'"),
+        (["task.noise_gama=0.3"], {}, "row task.noise_gama=0.3: the task has no field 'noise_gama'"),
+        ([], {"task": "{noise_scheme:kn,noise_gamma:0.2},{noise_shceme:kn}"},
+         "row task={noise_shceme:kn}: the task has no field 'noise_shceme'"),
+        (["task={noise_scheme:kn,noise_gamma:0.2}", "common.seed=1,2", "~task.data"], {}, None),
+    ],
+)  # fmt: skip
+def test_a_misspelled_row_field_is_one_line_before_any_row_trains(command_line, params, expected):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create(
+        {
+            "task": {"_name": "noised_language_modeling", "noise_scheme": "none"},
+            "hydra": {"overrides": {"task": command_line}, "sweeper": {"params": params}},
+        }
+    )
+    line = callback.unknown_task_field(config)
+    if expected is None:
+        assert line is None
+        return
+    assert line.startswith(f"fairseq-noising: error: {expected} (its fields: ")
+    assert "noise_gamma, noise_scheme" in line and "\n" not in line

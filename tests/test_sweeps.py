@@ -136,6 +136,10 @@ def test_every_table_config_builds_the_model_its_name_says(config_name):
     import fairseq_noising.sweep  # noqa: F401  (the resolver, as the callback's import has it)
 
     assert cfg.common.user_dir == str(PLUGIN_DIR)
+    # validations at epoch ends only: checkpoint_best.pt, the model a row evaluates, is the best
+    # end-of-epoch model, as the paper picks it
+    assert cfg.checkpoint.save_interval_updates == 0 and cfg.dataset.validate_interval_updates == 0
+    assert cfg.checkpoint.save_interval == 1 and cfg.dataset.validate_interval == 1
 
 
 def test_the_lm_tables_run_the_papers_protocol():
@@ -499,3 +503,20 @@ def test_a_sweep_runs_on_a_slurm_cluster(slurm_cluster, ptb_tiny_bin, tmp_path):
     assert list((sweep_dir / ".submitit").iterdir())  # the rows went through SLURM
     page = (sweep_dir / "results.md").read_text()
     assert md_rows(page, "none") and md_rows(page, "bigram Kneser-Ney")
+
+
+@pytest.mark.slow
+def test_a_misspelled_row_field_stops_the_sweep_with_one_line_before_any_row(
+    ptb_tiny_bin, tmp_path
+):
+    sweep_dir = tmp_path / "sweep"
+    rows = "task={noise_scheme:kn,noise_gama:0.2},{noise_scheme:none,noise_gamma:0}"
+    proc = run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, rows), check=False)
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        "fairseq-noising: error: row task={noise_scheme:kn,noise_gama:0.2}: the task has no "
+        "field 'noise_gama' (its fields: "
+    )
+    assert "+task" not in proc.stderr  # not Hydra's advice
+    assert not sweep_dir.exists() or not [p for p in sweep_dir.iterdir() if p.is_dir()]

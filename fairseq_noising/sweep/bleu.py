@@ -82,13 +82,15 @@ def read_lines(path: str) -> List[str]:
     return lines
 
 
-def corpus_bleu(hyps: List[str], refs: List[str], tokenize: str = "13a") -> Dict[str, object]:
+def corpus_bleu(
+    hyps: List[str], refs: List[str], tokenize: str = "13a", lowercase: bool = False
+) -> Dict[str, object]:
     """``{"score": BLEU, "signature": sacrebleu's signature}``."""
     from sacrebleu.metrics import BLEU
 
     if len(hyps) != len(refs):
         raise NoisingError(f"{len(hyps)} hypotheses for {len(refs)} references")
-    metric = BLEU(tokenize=tokenize)
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
     return {
         "score": metric.corpus_score(hyps, [refs]).score,
         "signature": str(metric.get_signature()),
@@ -102,13 +104,15 @@ def score(
     tokenizer: str,
     detok_out: str,
     tok_reference: Optional[str] = None,
+    lowercase: bool = False,
 ) -> Dict[str, Dict[str, object]]:
     """BLEU (sacrebleu 13a on the detokenized hypotheses, also written to ``detok_out``, against
-    the raw references) and, with ``tok_reference``, tok BLEU (tokenized against tokenized)."""
+    the raw references) and, with ``tok_reference``, tok BLEU (tokenized against tokenized);
+    ``lowercase``: both case-insensitive (sacrebleu's ``case:lc``)."""
     detok = detokenize(hyps, lang, tokenizer)
     with open(detok_out, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in detok))
-    scores = {"bleu": corpus_bleu(detok, read_lines(reference))}
+    scores = {"bleu": corpus_bleu(detok, read_lines(reference), lowercase=lowercase)}
     if tok_reference:
-        scores["tok_bleu"] = corpus_bleu(hyps, read_lines(tok_reference), "none")
+        scores["tok_bleu"] = corpus_bleu(hyps, read_lines(tok_reference), "none", lowercase)
     return scores

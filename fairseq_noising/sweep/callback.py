@@ -73,6 +73,11 @@ class RowCallback(Callback):
         self._job = ExitStack()  # what this process's row changed of fairseq, undone at its end
         self._ended = False  # the row had ended before this job: nothing to train or record
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        line = unknown_task_field(config)
+        if line:
+            raise SystemExit(line)  # before any row trains: Hydra's own error would advise +task=
+
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         from .. import fairseq_compat, fairseq_compat_training
 
@@ -169,6 +174,37 @@ def _mps() -> bool:
     """Whether the row's CUDA work goes through an MPS daemon (recipes/mps.py, or any other:
     CUDA finds one through this variable)."""
     return bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
+
+
+def unknown_task_field(config: DictConfig) -> Optional[str]:
+    """The line for the first row override (``task={...}`` or ``task.FIELD=...``, on the
+    command line or in the config's rows) that names a field the task does not have; None."""
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from .. import tasks  # noqa: F401  (the plugin's tasks, registered)
+    from ..errors import PREFIX
+
+    dataclass = TASK_DATACLASS_REGISTRY.get(str(config.task.get("_name")))
+    if dataclass is None:
+        return None
+    fields = set(dataclass.__dataclass_fields__) | {"_name"}
+    given = [str(o) for o in config.hydra.overrides.task]
+    given += [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    for o in OverridesParser.create().parse_overrides(given):
+        if o.is_delete() or not (o.key_or_group == "task" or o.key_or_group.startswith("task.")):
+            continue
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        for value in values:
+            keys = value if o.key_or_group == "task" and isinstance(value, dict) else {}
+            names = list(keys) or [o.key_or_group[len("task.") :]] * (o.key_or_group != "task")
+            for key in names:
+                if key.split(".")[0] not in fields:
+                    shown = ",".join(f"{k}:{v}" for k, v in keys.items()) if keys else ""
+                    row = f"task={{{shown}}}" if o.key_or_group == "task" else o.input_line
+                    known = ", ".join(sorted(fields - {"_name"}))
+                    return f"{PREFIX}row {row}: the task has no field {key!r} (its fields: {known})"
+    return None
 
 
 def _name(run_dir: str) -> str:

@@ -156,8 +156,11 @@ def translation(cfg: Dict, checkpoint: str, cwd: str, options: Dict, out_dir: st
             options.get("tokenizer") or "moses",
             os.path.join(out_dir, "test.detok"),
             options.get("tok_reference"),
+            bool(options.get("lowercase")),
         )
     )
+    unk = [line.split().count(tgt.unk_string()) for line in ordered]
+    figures["unk"] = {"tokens": sum(unk), "sentences": sum(n > 0 for n in unk), "of": len(unk)}
     return figures
 
 

@@ -117,7 +117,7 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
     """One line per row key with an evaluated or training row: the chosen gamma_0's figures
     (marked † short of the protocol, ‡ chosen inside an epoch), the seeds and their spread,
     the paper's figures."""
-    main, signatures = [], set()
+    main, signatures, unks = [], set(), []
     for key, group in sorted(groups.items(), key=lambda item: paper.row_order(item[0])):
         if all(r["status"] in ("failed", "unreadable") for r in group):
             continue  # said in the table of every row
@@ -131,6 +131,9 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
             for r in picked:
                 ev = r["evaluation"]
                 signatures |= {ev[k]["signature"] for k in ("bleu", "tok_bleu") if k in ev}
+                if (ev.get("unk") or {}).get("tokens"):
+                    u = ev["unk"]
+                    unks.append(f"{r['name']} {u['tokens']} in {u['sentences']} of {u['of']}")
         cells = [paper.row_label(key), *figures]
         if seeds:
             spread = [s[1] for s in (scores(r, lm) for r in picked) if s[1] is not None]
@@ -146,6 +149,12 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
     if signatures:
         signed = "; ".join(f"`{s}`" for s in sorted(signatures))
         lines += ["", f"sacrebleu signatures: {signed}."]
+    if unks:
+        lines += [
+            "",
+            "`<unk>` in the test output (tokens in sentences), scored as they are (sacrebleu's "
+            "13a makes three tokens of each): " + "; ".join(unks) + ".",
+        ]
     return lines
 
 
