@@ -394,12 +394,12 @@ def test_seeds_are_averaged_and_their_spread_shown(sweep_of, drawn):
         "76.9",
     ]
     assert cells(got.every, "kn-g0.2-s2")[:5] == ["0.2", "2", "111.00", "105.50", "epoch 6"]
-    # over seeds: means and spreads by hand; kn's test (108) minus none's (127.5) is beyond
-    # both spreads (0 and 3)
+    # over seeds: means and spreads by hand; kn's test (108, one seed: no spread of its own)
+    # minus none's (127.5) is beyond none's spread (3)
     over = md_tables(got.text)[1]
     assert over[0][-3:] == ["Test - none", "none's spread", "beyond both spreads"]
     assert cells(over, "none") == ["2", "131.00", "2.00", "127.50", "3.00", "—", "—", "—"]
-    kn = ["1", "109.00", "0.00", "108.00", "0.00", "-19.50", "3.00", "yes"]
+    kn = ["1", "109.00", "—", "108.00", "—", "-19.50", "3.00", "yes (one seed)"]
     assert cells(over, "bigram Kneser-Ney") == kn
     # Figure 1 draws every seed of the chosen gamma_0, each its own curves
     [(runs, png, halved)] = drawn
@@ -648,3 +648,21 @@ def test_bleu_lowercased_on_request(tmp_path):
     assert lowered["score"] == pytest.approx(100.0) and cased["score"] < 100.0
     assert cased["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
     assert "case:lc" in lowered["signature"] and "case:mixed" in cased["signature"]
+
+
+@pytest.mark.parametrize(
+    "test2, expected",
+    [  # kn 0.4's second seed: mean (108 + test2) / 2 against none's 127.5 (spread 3)
+        (100.0, ["2", "108.50", "1.00", "104.00", "8.00", "-23.50", "3.00", "yes"]),
+        (140.0, ["2", "108.50", "1.00", "124.00", "32.00", "-3.50", "3.00", "no"]),
+    ],
+)
+def test_a_difference_to_none_is_read_against_both_spreads(sweep_of, test2, expected):
+    rows = [
+        ended_lm("none", 0, 130.0, 126.0, 131.0),
+        ended_lm("none", 0, 132.0, 129.0, 133.0, seed=2),
+        ended_lm("kn", 0.4, 109.0, 108.0, 112.0),
+        ended_lm("kn", 0.4, 108.0, test2, 112.0, seed=2),
+    ]
+    over = md_tables(sweep_of(rows).text)[1]
+    assert cells(over, "bigram Kneser-Ney") == expected

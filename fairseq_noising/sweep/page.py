@@ -76,6 +76,7 @@ def write(
     (default: the one the rows' sweep was given). ``by_row``: the rewrite when a row ends."""
     out = out or os.path.join(sweep_dir, "results.md")
     with _one_writer(sweep_dir):
+        config_dir = os.path.abspath(config_dir) if config_dir else None
         given = dict(table=table, title=title, show_paper=show_paper, config_dir=config_dir)
         o = _options(sweep_dir, out, {**given, "path_as": list(path_as)}, by_row)
         rows = record.read_sweep(sweep_dir)

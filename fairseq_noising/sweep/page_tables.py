@@ -160,13 +160,14 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
 
 def seeds_table(groups, lm: bool) -> List[str]:
     """For a table with seeds: per row key, the chosen gamma_0's seeds, each figure's mean and
-    spread (max - min), and the difference to none against both spreads."""
+    spread (max - min; none for one seed), and the difference to none against both spreads."""
     stats = {}
     for key, group in groups.items():
         picked = picked_rows(group)
         if picked:
             cols = list(zip(*(scores(r, lm)[:2] for r in picked)))
-            stats[key] = [(mean(c), max(c) - min(c)) if None not in c else None for c in cols]
+            spread = (lambda c: max(c) - min(c)) if len(picked) > 1 else (lambda c: None)
+            stats[key] = [(mean(c), spread(c)) if None not in c else None for c in cols]
             stats[key].append(len(picked))
     if "none" not in stats or len(stats) < 2:
         return []
@@ -183,8 +184,10 @@ def seeds_table(groups, lm: bool) -> List[str]:
             cells += [NONE] * 3
         else:
             diff = test[0] - base[0]
-            beyond = abs(diff) > max(test[1], base[1])
-            cells += [f"{diff:+.2f}", fmt(base[1]), "yes" if beyond else "no"]
+            known = [s for s in (test[1], base[1]) if s is not None]
+            beyond = "yes" if known and abs(diff) > max(known) else "no"
+            beyond += " (one seed)" if test[1] is None else ""
+            cells += [f"{diff:+.2f}", fmt(base[1]), beyond if known else NONE]
         lines.append(cells)
     return [
         "Over seeds (the chosen gamma_0 of each row; spread: largest minus smallest; a",

@@ -197,7 +197,10 @@ def read(run_dir: str) -> Optional[Dict]:
         command=command(hydra, files["overrides"], cwd),
         table=((hydra.get("callbacks") or {}).get("row") or {}).get("table"),
     )
-    row["training"] = progress.training(run_dir, cfg, (rec or {}).get("at_end"))
+    # without checkpoint_last.pt: what it said when the training returned, or when a page copied
+    # the row (a page's records)
+    said = (rec or {}).get("at_end") or (rec or {}).get("as_paged")
+    row["training"] = progress.training(run_dir, cfg, said)
     if row["status"] == "training" and alive(row.get("process")) is False:
         row["status"] = "stopped"
     return row

@@ -7,7 +7,7 @@ import shlex
 import shutil
 from typing import Dict, List, Sequence
 
-from . import events, record
+from . import events, progress, record
 from .figure import figure_1
 from .page_tables import (
     INSIDE,
@@ -25,7 +25,7 @@ ROW_FILES += tuple(f".hydra/{n}.yaml" for n in ("config", "hydra", "overrides"))
 
 def _copy_rows(rows: List[Dict], rows_dir: str) -> None:
     """Each row's files (:data:`ROW_FILES`, no checkpoint) into ``rows_dir/NAME``, replaced as a
-    whole."""
+    whole; the copied record keeps what the row's checkpoint_last.pt says now (``as_paged``)."""
     fresh = rows_dir + f".{os.getpid()}.part"
     shutil.rmtree(fresh, ignore_errors=True)
     for row in rows:
@@ -34,6 +34,11 @@ def _copy_rows(rows: List[Dict], rows_dir: str) -> None:
             if os.path.isfile(path):
                 os.makedirs(os.path.dirname(os.path.join(fresh, row["name"], name)), exist_ok=True)
                 shutil.copyfile(path, os.path.join(fresh, row["name"], name))
+        copy = os.path.join(fresh, row["name"])
+        rec = record.read_record(copy) if os.path.isdir(copy) else None
+        if rec is not None and row.get("training"):
+            rec["as_paged"] = {k: row["training"][k] for k in progress.AT_END}
+            record.write(copy, rec)
     os.makedirs(fresh, exist_ok=True)
     old = rows_dir + f".{os.getpid()}.old"
     if os.path.isdir(rows_dir):
