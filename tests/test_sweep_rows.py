@@ -472,3 +472,13 @@ def test_a_misspelled_row_field_is_one_line_before_any_row_trains(command_line, 
         return
     assert line.startswith(f"fairseq-noising: error: {expected} (its fields: ")
     assert "noise_gamma, noise_scheme" in line and "\n" not in line
+
+
+def test_where_a_row_is_names_a_save_inside_an_epoch_no_progress_record_reached():
+    # stopped by --max-update at update 30 of the first epoch, before fairseq's first progress
+    # record of it (every 100 updates): the checkpoint says where it is
+    t = {"epochs_done": 0.0, "resume_at": "update 30 inside epoch 1", "lr": 1.0}
+    t.update(halvings=0, max_halvings=8)
+    assert record.where({"training": t}) == "update 30 inside epoch 1, lr 1, 0 of 8 halvings"
+    t.update(epochs_done=3.0, resume_at="the end of epoch 3")
+    assert record.where({"training": t}) == "after epoch 3, lr 1, 0 of 8 halvings"

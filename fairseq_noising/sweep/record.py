@@ -252,10 +252,12 @@ def ending(row: Dict) -> str:
 def where(row: Dict) -> str:
     """``epoch 3 (40% of it), lr 0.5, 1 of 8 halvings``: where the training is or stopped."""
     t = row["training"]
-    done = t["epochs_done"]
+    done, saved = t["epochs_done"], t.get("resume_at") or ""
     text = (
         f"epoch {int(done) + 1} ({done % 1:.0%} of it)" if done % 1 else f"after epoch {int(done)}"
     )
+    if not done % 1 and saved.startswith("update ") and saved.endswith(f"epoch {int(done) + 1}"):
+        text = saved  # saved inside the next epoch before a progress record said so
     if t["lr"] is not None:
         text += f", lr {t['lr']:g}"
     if t["halvings"] is not None:
