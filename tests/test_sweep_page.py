@@ -486,8 +486,10 @@ def test_cli_writes_the_page_and_copies_each_rows_files(tmp_path, monkeypatch, c
     sweep = tmp_path / "sweep"
     rows = [dict(r, run_dir=str(sweep / r["name"])) for r in rows]
     for r in rows:
-        os.makedirs(r["run_dir"])
-        Path(r["run_dir"], "hydra_train.log").write_text(f"{r['name']}'s log")
+        os.makedirs(Path(r["run_dir"], ".hydra"))
+        for name in ("hydra_train.log", "progress.jsonl", ".hydra/config.yaml", "eval.log"):
+            Path(r["run_dir"], name).write_text(f"{r['name']}'s {name}")
+        Path(r["run_dir"], "checkpoint_best.pt").write_text("no checkpoint beside a page")
     monkeypatch.setattr(record, "read_sweep", lambda sweep_dir: rows)
     monkeypatch.setattr(tables, "train_sentences", lambda cfg, cwd: PTB_LINES)
     kept = tmp_path / "page-rows"
@@ -497,7 +499,10 @@ def test_cli_writes_the_page_and_copies_each_rows_files(tmp_path, monkeypatch, c
     assert page.main([str(sweep), "--out", str(out)]) == 0
     assert capsys.readouterr().out == f"wrote {out}\n"
     assert sorted(os.listdir(kept)) == ["kn-g0.2", "kn-g0.4"]  # an earlier page's are gone
-    assert all((kept / n / "hydra_train.log").read_text() == f"{n}'s log" for n in os.listdir(kept))
+    for n in os.listdir(kept):
+        for name in ("hydra_train.log", "progress.jsonl", ".hydra/config.yaml", "eval.log"):
+            assert (kept / n / name).read_text() == f"{n}'s {name}"
+        assert not (kept / n / "checkpoint_best.pt").exists()
     text = read_page(out).text
     assert text.startswith("# Penn Treebank, medium model (paper Table 2)\n")
     link = "Each row's record, progress, evaluation output and training log: [`page-rows/`](page-rows/)."
@@ -651,17 +656,19 @@ def test_bleu_lowercased_on_request(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "test2, expected",
-    [  # kn 0.4's second seed: mean (108 + test2) / 2 against none's 127.5 (spread 3)
-        (100.0, ["2", "108.50", "1.00", "104.00", "8.00", "-23.50", "3.00", "yes"]),
-        (140.0, ["2", "108.50", "1.00", "124.00", "32.00", "-3.50", "3.00", "no"]),
+    "test1, test2, expected",
+    [  # kn 0.4's two seeds against none's test mean 127.5 (spread 3)
+        (108.0, 100.0, ["2", "108.50", "1.00", "104.00", "8.00", "-23.50", "3.00", "yes"]),
+        (108.0, 140.0, ["2", "108.50", "1.00", "124.00", "32.00", "-3.50", "3.00", "no"]),
+        # kn's own spread (1) is smaller than the difference (3), none's (3) is not
+        (124.0, 125.0, ["2", "108.50", "1.00", "124.50", "1.00", "-3.00", "3.00", "no"]),
     ],
 )
-def test_a_difference_to_none_is_read_against_both_spreads(sweep_of, test2, expected):
+def test_a_difference_to_none_is_read_against_both_spreads(sweep_of, test1, test2, expected):
     rows = [
         ended_lm("none", 0, 130.0, 126.0, 131.0),
         ended_lm("none", 0, 132.0, 129.0, 133.0, seed=2),
-        ended_lm("kn", 0.4, 109.0, 108.0, 112.0),
+        ended_lm("kn", 0.4, 109.0, test1, 112.0),
         ended_lm("kn", 0.4, 108.0, test2, 112.0, seed=2),
     ]
     over = md_tables(sweep_of(rows).text)[1]

@@ -418,17 +418,20 @@ def test_fairseqs_patience_counts_afresh_in_each_process(tmp_path):
 
 
 def test_a_resume_drops_what_the_stopped_process_did_after_its_last_save(tmp_path):
-    # killed after validating epoch 3 (30 updates) but before its save; resumed from the end of
-    # epoch 2 (20 updates), it trained epoch 3 again: epoch 3's figures are the second's
-    killed = LOG[:4] + [valid(3, 4.9, 30.0), ("train", {**LOG[5][1], "train_num_updates": "30"})]
+    # killed after it validated and summed up epoch 3 (30 updates) but before it saved; resumed
+    # from the end of epoch 2 (20 updates), the second process is 5 updates into epoch 3 again:
+    # epoch 3 has not ended, and its figures of the first process are gone
+    killed = LOG[:4] + [("valid", dict(valid(3, 4.9, 30.0)[1], valid_num_updates="30"))]
+    killed += [("train", {**LOG[5][1], "train_num_updates": "30"})]
     at = {"epoch": 2, "updates": 20, "inside": False, "where": "the end of epoch 2"}
-    again = [valid(3, 4.5, 22.6), LOG[5]]
-    progress = _progress((None, killed, False), (at, again, True))
+    again = [("train_inner", {"epoch": 3, "update": 2.5, "lr": "0.5", "num_updates": "25"})]
+    progress = _progress((None, killed, False), (at, again, False))
     t = record.read(str(write_row(tmp_path / "r", progress=progress)))["training"]
-    assert t["valid_ppl"] == {"1": 32.0, "2": 16.0, "3": 22.6}
+    assert t["valid_ppl"] == {"1": 32.0, "2": 16.0} and t["epochs"] == 2
+    assert "3" not in t["train_ppl"] and t["epochs_done"] == 2.5 and t["last_valid_ppl"] == 16.0
     runs = t["runs"]
-    assert (runs["count"], runs["resumed"], runs["restarts"], len(runs["stops"])) == (2, 1, 0, 1)
-    assert runs["list"][0]["ended"] is None and runs["list"][1]["status"] == "completed"
+    assert (runs["count"], runs["resumed"], runs["restarts"], len(runs["stops"])) == (2, 1, 0, 2)
+    assert runs["list"][0]["ended"] is None and runs["list"][1]["from"] == at
     # started from scratch again (its checkpoints gone): the first process's records are dropped
     progress = _progress((None, killed, False), (None, LOG[:2], True))
     t = record.read(str(write_row(tmp_path / "s", progress=progress)))["training"]
