@@ -485,3 +485,16 @@ def test_where_a_row_is_names_a_save_inside_an_epoch_no_progress_record_reached(
     assert record.where({"training": t}) == "update 30 inside epoch 1, lr 1, 0 of 8 halvings"
     t.update(epochs_done=3.0, resume_at="the end of epoch 3")
     assert record.where({"training": t}) == "after epoch 3, lr 1, 0 of 8 halvings"
+
+
+def test_a_failed_evaluation_writes_its_reason_into_the_record(tmp_path):
+    """The evaluation records why it failed; the callback takes the reason from the record, not
+    from the last line of eval.log."""
+    run_dir = write_row(tmp_path / "kn", log=LOG[:2])
+    record.write(str(run_dir), {"format": 2, "status": "ended"})
+    callback.RowCallback()._record_evaluation(str(run_dir), record.read_record(str(run_dir)))
+    rec = record.read_record(str(run_dir))
+    missing = f"{run_dir}/checkpoint_best.pt is missing: the training saved no best checkpoint"
+    assert rec["evaluation_error"] == missing
+    assert (rec["status"], rec["error"]) == ("failed", f"evaluation: {missing}")
+    assert "fairseq-noise-eval" in (run_dir / "eval.log").read_text()  # its output, for people
