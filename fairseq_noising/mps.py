@@ -48,7 +48,7 @@ def _control(env: Dict[str, str], command: Optional[str], timeout: float):
         return None
 
 
-def _answers(env: Dict[str, str]) -> bool:
+def _daemon_answers(env: Dict[str, str]) -> bool:
     proc = _control(env, "get_server_list", timeout=10)
     return proc is not None and proc.returncode == 0
 
@@ -76,7 +76,7 @@ def mps_daemon(
     for path in env.values():
         os.makedirs(path, exist_ok=True)
     log = os.path.join(env["CUDA_MPS_LOG_DIRECTORY"], "control.log")
-    if _answers(env):
+    if _daemon_answers(env):
         _fail(
             prog,
             f"an MPS daemon already serves {env['CUDA_MPS_PIPE_DIRECTORY']} (is another run "
@@ -88,7 +88,7 @@ def mps_daemon(
         code = "no answer in 30 s" if started is None else f"exit {started.returncode}"
         _fail(prog, f"{flag}: {CONTROL} -d did not start ({code}); see {log}")
     try:
-        if not _answers(env):
+        if not _daemon_answers(env):
             _fail(prog, f"{flag}: the MPS daemon does not answer; see {log}")
         try:
             probe = subprocess.run(

@@ -21,7 +21,7 @@ from .tokenizers import resolve_tokenizer, tokenize
 # ---------------------------------------------------------------- IWSLT extraction
 
 
-def _find(root, pattern, what):
+def _first_file(root, pattern, what):
     hits = sorted(glob.glob(os.path.join(root, "**", pattern), recursive=True))
     if not hits:
         raise SystemExit(f"prepare_translation.py: no {what} ({pattern}) under {root}")
@@ -56,7 +56,7 @@ def extract_iwslt(tarball, outdir, src, tgt, valid_set, test_set):
         sides = {}
         for lang in (src, tgt):
             sides[lang] = train_tags_lines(
-                _find(root, f"train.tags.*.{lang}", f"training file for {lang}")
+                _first_file(root, f"train.tags.*.{lang}", f"training file for {lang}")
             )
         a, b = sides[src], sides[tgt]
         if len(a) != len(b):
@@ -81,7 +81,7 @@ def extract_iwslt(tarball, outdir, src, tgt, valid_set, test_set):
             segs = {}
             for lang in (src, tgt):
                 segs[lang] = xml_segments(
-                    _find(root, f"*{name}*.{lang}.xml", f"{name} file for {lang}")
+                    _first_file(root, f"*{name}*.{lang}.xml", f"{name} file for {lang}")
                 )
             if len(segs[src]) != len(segs[tgt]):
                 raise SystemExit(
