@@ -7,7 +7,7 @@ from argparse import Namespace
 BATCH, BPTT = 20, 35
 
 
-def build_model(kind, dictionary, hidden, args, device):
+def build_network(kind, dictionary, hidden, args, device):
     import torch.nn as nn
     from fairseq.models import build_model
 
@@ -38,7 +38,7 @@ def build_model(kind, dictionary, hidden, args, device):
 
 def training_step(kind, model, ids, args, device):
     """A step of forward, cross entropy, backward and SGD on the next batch of Zaremba's layout
-    (BATCH contiguous rows, consecutive BPTT windows); the LSTM state carried, but stock's."""
+    (BATCH contiguous rows, consecutive BPTT windows); the LSTM state carried, except by stock."""
     import torch
     import torch.nn.functional as F
 
@@ -48,8 +48,8 @@ def training_step(kind, model, ids, args, device):
     carried, starts = [None], list(range(0, n - BPTT + 1, BPTT))
 
     def step():
-        s = starts[step.count % len(starts)]
-        x, y = data[:, s : s + BPTT].to(device), target[:, s : s + BPTT].to(device)
+        col = starts[step.count % len(starts)]
+        x, y = data[:, col : col + BPTT].to(device), target[:, col : col + BPTT].to(device)
         if kind == "noising":
             logits, extra = model(x, initial_state=carried[0])
             carried[0] = tuple(s.detach() for s in extra["final_state"])

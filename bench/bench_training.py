@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from . import _common
-from ._lstm_models import BATCH, BPTT, build_model, training_step
+from ._lstm_models import BATCH, BPTT, build_network, training_step
 
 WPS_LINE = re.compile(r"\| train_inner \| (\{.*\})\s*$")
 
@@ -200,7 +200,7 @@ def run_models(args, data_bin):
 
     def step_of(kind, hidden):
         torch.manual_seed(1)
-        model = build_model(kind, dictionary, hidden, args, device).train()
+        model = build_network(kind, dictionary, hidden, args, device).train()
         return training_step(kind, model, ids, args, device)
 
     steps = {kind: step_of(kind, args.hidden_size) for kind in ("noising", "stock", "plain")}
