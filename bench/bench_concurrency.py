@@ -1,38 +1,12 @@
-#!/usr/bin/env python
-"""Training throughput of N training runs side by side: how many rows of a table one device carries.
+"""Updates/s of N training runs side by side: how many rows of a table one device carries.
 
-For each N of ``--runs`` it starts N copies of one row of the table's sweep, lets them train for a
-fixed time, and prints updates/s per run (mean and slowest) and summed over the N runs, with the
-speed-up of the sum over N=1.
+For each N of ``--runs``, N copies of the none row of ``recipes/config/ptb_<size>.yaml`` run as
+``fairseq-hydra-train`` runs it (without the row's evaluation), on one device (``--mps``: under a
+CUDA MPS daemon of their own); a thread per run stamps its ``train_inner`` lines, and updates/s
+are counted over one window that opens once every run is warm (bench/README.md, section 4).
 
-The command is the table's own: ``fairseq-hydra-train`` with ``recipes/config/ptb_<size>.yaml``
-(``--size small|medium|large``, default medium), its none row, without the row's evaluation
-(``~hydra.callbacks.row``). PTB is binarized once by ``recipes/prepare_ptb.py`` into the cache
-folder the benchmarks share (``--cache-dir``), or ``--data-bin DIR`` is read instead. Each run then
-sets only its folder (``hydra.run.dir``, its save dir), ``optimization.max_epoch`` (100000, so that
-training cannot end during the measurement), ``common.log_interval`` (1 on the CPU, 10 on a GPU)
-and, on the CPU, ``common.cpu``. Each run gets ``--threads`` CPU threads (``OMP_NUM_THREADS``,
-``MKL_NUM_THREADS``; default 1). On a GPU all runs share one device: the first of
-``CUDA_VISIBLE_DEVICES`` (0 when unset), since fairseq otherwise trains one run across every
-visible GPU.
-
-Measurement: a thread per run reads its output and stamps every ``train_inner`` log line with
-the time it arrived and the line's ``num_updates``. Process start, data loading and the first
-updates are warm-up: the window opens once every run has logged ``--warmup-updates`` updates
-(default 5 log intervals) and closes ``--seconds`` later, the same window for all N runs. A run's
-update count at the window's two ends is interpolated between its log lines around them, and its
-updates/s is the difference over the window's length. What happens between updates counts as it
-does in a real run (the validation and checkpoints at an epoch's end, 1,328 updates on PTB, when
-the window crosses one). The summed figure is the sum of the per-run figures: the updates all N
-runs made in the window, per second.
-
-``--mps`` runs every N under the NVIDIA Multi-Process Service (``recipes/mps.py``: a daemon of
-its own under the temporary folder, stopped at the end). Every run is started and stopped by
-``_common.start`` and ``_common.stop`` (a process group of its own, killed after each N, on an
-error and on Ctrl-C); the temporary folder is removed unless ``--keep``.
-
-    python bench/bench_concurrency.py --runs 1,4,7,9 --seconds 60 --size medium
-    python bench/bench_concurrency.py --device cpu --size small --runs 1,2
+    python -m bench.bench_concurrency --runs 1,4,7,9 --seconds 60 --size medium
+    python -m bench.bench_concurrency --device cpu --size small --runs 1,2
 """
 
 import argparse
@@ -54,10 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fairseq_noising.mps import mps_daemon
 
-import _common  # noqa: E402  (also puts recipes/ on sys.path)
-from mps import mps_daemon  # noqa: E402
+from . import _common
 
 REPO = _common.REPO
 
@@ -76,42 +49,36 @@ def fail(message: str) -> None:
     raise SystemExit(f"{PROG}: error: {message}")
 
 
-# ------------------------------------------------------------------ the command line
+def checked(kind, ok, expected):
+    """An argparse type: ``kind(text)`` where ``ok`` holds of it, else one line of what was
+    expected."""
 
-
-def positive(kind):
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
-            value = 0
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return value
 
     return parse
 
 
-def run_counts(text):
-    try:
-        counts = [int(part) for part in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
-        raise argparse.ArgumentTypeError(
-            f"expected distinct positive run counts separated by commas, such as 1,4,7,9; "
-            f"got {text!r}"
-        )
-    return counts
+def positive(kind):
+    return checked(kind, lambda value: value > 0, "a positive number")
+
+
+RUN_COUNTS = checked(
+    lambda text: [int(part) for part in text.split(",")],
+    lambda counts: min(counts) > 0 and len(set(counts)) == len(counts),
+    "distinct positive run counts separated by commas, such as 1,4,7,9",
+)
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawTextHelpFormatter,
-    )
-    parser.add_argument("--runs", type=run_counts, default=[1, 2], help="run counts N (1,2)")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=RUN_COUNTS, default=[1, 2], help="run counts N (1,2)")
     parser.add_argument("--seconds", type=positive(float), default=60.0, help="window (60)")
     parser.add_argument(
         "--size", default="medium", choices=SIZES, help="the table, ptb_<size> (medium)"
@@ -127,16 +94,10 @@ def parse_args(argv):
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
     if args.data_bin is None:
-        try:
-            _common.prepare_ptb.check(args.ptb_dir)
-        except _common.prepare_ptb.Missing as e:
-            fail(f"--ptb-dir {e.folder} lacks {e.name}")
+        _common.check_ptb(args.ptb_dir)
     else:
-        missing = [
-            name
-            for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
-            if not (args.data_bin / name).is_file()
-        ]
+        names = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
+        missing = [name for name in names if not (args.data_bin / name).is_file()]
         if missing:
             fail(
                 f"--data-bin {args.data_bin} lacks {', '.join(missing)} (expected the output of "
@@ -148,18 +109,11 @@ def parse_args(argv):
 
 
 def choose_device(asked):
-    if asked == "cpu":
-        return "cpu"
     import torch
 
-    if torch.cuda.is_available():
-        return "cuda"
-    if asked == "cuda":
+    if asked == "cuda" and not torch.cuda.is_available():
         fail(f"--device cuda but torch {torch.__version__} sees no GPU")
-    return "cpu"
-
-
-# ------------------------------------------------------------------ the runs
+    return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 class Run:
@@ -250,21 +204,11 @@ def measure(n, cmd, folder: Path, env, seconds, warmup):
         stop(runs)
 
 
-# ------------------------------------------------------------------ the table
-
-
 def summarize(counts, per_run):
-    rows = []
-    for n, rates in zip(counts, per_run):
-        rows.append(
-            {
-                "runs": n,
-                "per_run": rates,
-                "mean": statistics.mean(rates),
-                "min": min(rates),
-                "sum": math.fsum(rates),
-            }
-        )
+    rows = [
+        dict(runs=n, per_run=r, mean=statistics.mean(r), min=min(r), sum=math.fsum(r))
+        for n, r in zip(counts, per_run)
+    ]
     alone = next((row["sum"] for row in rows if row["runs"] == 1), None)
     for row in rows:
         row["speedup"] = None if alone is None else row["sum"] / alone
@@ -272,35 +216,25 @@ def summarize(counts, per_run):
 
 
 def table(rows):
-    lines = [
-        f"{'N':>4}  {'updates/s per run':>17}  {'slowest run':>11}  {'summed':>10}  "
-        f"{'speed-up over N=1':>17}"
-    ]
+    lines = ["   N  updates/s per run  slowest run      summed  speed-up over N=1"]
     for row in rows:
         speedup = "n/a" if row["speedup"] is None else f"{row['speedup']:.2f}x"
-        lines.append(
-            f"{row['runs']:>4}  {row['mean']:>17.2f}  {row['min']:>11.2f}  {row['sum']:>10.2f}  "
-            f"{speedup:>17}"
-        )
+        mean, low, total = (f"{row[k]:.2f}" for k in ("mean", "min", "sum"))
+        lines.append(f"{row['runs']:>4}  {mean:>17}  {low:>11}  {total:>10}  {speedup:>17}")
     return "\n".join(lines)
 
 
 def training_command(args, device, log_interval):
-    """One row of the table's own sweep (``recipes/config/ptb_<size>.yaml``, the none row) as
-    ``fairseq-hydra-train`` runs it, without the row's evaluation, on binarized PTB (--data-bin,
-    else binarized once into --cache-dir), with max_epoch and log_interval set for the
-    measurement. Each run adds its own folder (``hydra.run.dir``, which is also its save dir)."""
+    """The none row of ``recipes/config/ptb_<size>.yaml`` as ``fairseq-hydra-train`` runs it,
+    without its evaluation, with the measurement's settings; each run adds ``hydra.run.dir``."""
     data = args.data_bin or _common.binarized_ptb(args.ptb_dir, args.cache_dir)
     cmd = [_common.cli("fairseq-hydra-train"), "--config-dir", str(REPO / "recipes" / "config")]
     cmd += ["--config-name", f"ptb_{args.size}"]
     cmd += [f"task.data={Path(data).resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
     # without the row callback nothing registers ${fairseq_noising.user_dir:}: name the folder
     cmd += ["~hydra.callbacks.row", f"common.user_dir={REPO / 'fairseq_noising'}"]
-    cmd += [f"optimization.max_epoch={MAX_EPOCH}"]
-    cmd += [f"common.log_interval={log_interval}"] + (
-        ["common.cpu=true"] if device == "cpu" else []
-    )
-    return cmd
+    cmd += [f"optimization.max_epoch={MAX_EPOCH}", f"common.log_interval={log_interval}"]
+    return cmd + (["common.cpu=true"] if device == "cpu" else [])
 
 
 def main(argv=None):
@@ -308,12 +242,9 @@ def main(argv=None):
     device = choose_device(args.device)
     log_interval = args.log_interval or (1 if device == "cpu" else 10)
     warmup = args.warmup_updates or 5 * log_interval
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": str(args.threads),
-        "MKL_NUM_THREADS": str(args.threads),
-        "PYTHONUNBUFFERED": "1",
-    }
+    threads = str(args.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    env["PYTHONUNBUFFERED"] = "1"
     if device == "cuda":  # one GPU for every run (and for the MPS daemon)
         env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
         os.environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
@@ -331,11 +262,8 @@ def main(argv=None):
             )
         (work / "tmp").mkdir()
         if args.mps:
-            env.update(
-                stack.enter_context(
-                    mps_daemon(work / "mps", prog=PROG, flag="--mps", device=device)
-                )
-            )
+            daemon = mps_daemon(work / "mps", prog=PROG, flag="--mps", device=device)
+            env.update(stack.enter_context(daemon))
         cmd = training_command(args, device, log_interval)
         shown = shlex.join(cmd + [f"hydra.run.dir={work / 'n<N>' / 'run<i>'}"])
         print(_common.machine_line(), flush=True)
@@ -352,18 +280,9 @@ def main(argv=None):
     rows = summarize(args.runs, per_run)
     print(table(rows), flush=True)
     if args.json is not None:
-        report = {
-            "machine": _common.machine_line(),
-            "size": args.size,
-            "device": device,
-            "mps": args.mps,
-            "threads": args.threads,
-            "seconds": args.seconds,
-            "warmup_updates": warmup,
-            "log_interval": log_interval,
-            "command": shown,
-            "rows": rows,
-        }
+        report = dict(machine=_common.machine_line(), size=args.size, device=device, mps=args.mps)
+        report.update(threads=args.threads, seconds=args.seconds, warmup_updates=warmup)
+        report.update(log_interval=log_interval, command=shown, rows=rows)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 

@@ -1,45 +1,19 @@
-#!/usr/bin/env python
 """Noiser throughput (tokens/s) on PTB batches of 20 x 35, against the authors' per-token loop.
 
-Batches are laid out as in the authors' code and fairseq's language modeling: the training stream
-(one ``</s>`` per line, 929,589 tokens) is cut into 20 rows; batch i is the context
-``X = rows[:, 35 i : 35 (i+1)]`` and the targets ``Y`` shifted by one.
-
-Figures printed:
-
-* ``plugin``: :class:`fairseq_noising.noiser.Noiser` with ``build_scheme(...)`` on the real PTB
-  statistics, per batch including ``positions_in_example`` (what the collater does);
-* ``plugin+torch``: the full collater step, ``noise_lm_batch`` on a torch batch dict;
-* ``authors``: a faithful Python 3 port of ``noise_batch`` in the authors' public code
-  (stanfordmlgroup/nlm-noising, ``loader.py``), bigram KN branch: a Python loop over rows and
-  columns; per token an ``id_to_token`` look-up, the ``continuations["total"|"distinct"]`` dict
-  look-ups keyed by a one-token tuple, ``p = (gamma / total) * distinct``,
-  ``np.random.binomial(1, p)``, and when it fires two draws ``bisect.bisect(cumsum,
-  np.random.random() * cumsum[-1])`` from q(x) ~ N1+(., x) (their ``sample_index``);
-* ``alg1-choice``: Algorithm 1 taken literally with ``np.random.random() < gamma`` and
-  ``np.random.choice(V, p=q)`` for each replacement (slower than the authors' code, because
-  ``choice`` re-checks and re-sums q over the whole vocabulary at every call; shown for reference
-  only -- the headline ratio is against the faithful port, the conservative baseline).
-
-The implementations run in ``--rounds`` alternating rounds (on a shared machine, interleaving
-exposes them to the same background load); tokens/s is reported from the median per-batch time,
-next to the best whole pass. ``--stack N`` also times the plugin on N batches stacked in one call,
-which separates numpy's per-call overhead from the per-token cost.
-
-Run: ``.venv/bin/python bench/bench_noiser.py [--ptb-dir DIR]``.
+The plugin's Noiser (every scheme; kn also through the collater step, ``noise_lm_batch``, and on
+``--stack`` batches per call), a faithful port of the authors' ``noise_batch`` (bigram KN branch of
+stanfordmlgroup/nlm-noising ``loader.py``) and Algorithm 1 with ``np.random.choice`` run in
+alternating rounds; tokens/s from the median batch time, next to the best pass (bench/README.md).
 """
 
 import argparse
 import bisect
-import os
-import sys
 import time
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import _common  # noqa: E402
-import numpy as np  # noqa: E402
+from . import _common
 
 BATCH, UNROLL = 20, 35
 
@@ -55,9 +29,7 @@ def batches(tokens: np.ndarray):
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# Baseline 1: faithful port of the authors' noise_batch (bigram KN branch), Python 3.
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------ the authors' noise_batch (bigram KN), ported
 
 
 class AuthorsLoader:
@@ -111,12 +83,8 @@ def authors_noise_batch_kn(x, y, loader, gamma):
     return x_, y_
 
 
-# --------------------------------------------------------------------------------------------
-# Baseline 2: Algorithm 1 literally, np.random.choice(V, p=q) per replacement.
-# --------------------------------------------------------------------------------------------
-
-
 def alg1_choice_kn(x, y, gamma_of, q, vocab_size):
+    """Algorithm 1 literally: ``np.random.choice(V, p=q)`` per replacement."""
     x_, y_ = np.array(x), np.array(y)
     for row in range(x.shape[0]):
         for col in range(x.shape[1]):
@@ -127,26 +95,16 @@ def alg1_choice_kn(x, y, gamma_of, q, vocab_size):
     return x_, y_
 
 
-# --------------------------------------------------------------------------------------------
-
-
 class Timer:
-    """Per-batch wall times of several implementations, measured in alternating rounds.
-
-    On a shared machine, interleaving the implementations round by round exposes them to the
-    same background load, and the median batch time ignores the batches a neighbour preempted.
-    """
+    """Per-batch times in alternating rounds: on a shared machine the implementations see the same
+    load, and the median ignores the batches a neighbour preempted."""
 
     def __init__(self):
-        self.times = {}
-        self.fired = {}
-        self.best_pass = {}
+        self.times, self.fired, self.best_pass = {}, {}, {}
 
     def run(self, label, fn, work, per_item=1):
         """Times ``fn`` on each item of ``work``; an item holds ``per_item`` batches."""
-        times = self.times.setdefault(label, [])
-        fired = 0
-        clock = time.perf_counter
+        times, fired, clock = self.times.setdefault(label, []), 0, time.perf_counter
         start = clock()
         for item in work:
             t0 = clock()
@@ -162,40 +120,21 @@ class Timer:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="bench_noiser", description=__doc__.split("\n")[0])
     _common.add_ptb_argument(parser)
     parser.add_argument("--gamma", type=float, default=0.2, help="gamma_0 (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (%(default)s)")
     parser.add_argument(
-        "--rounds",
-        type=int,
-        default=7,
-        help="alternating rounds; every implementation runs once per round (default %(default)s)",
+        "--plugin-batches", type=int, default=200, help="a round, each plugin scheme (%(default)s)"
     )
     parser.add_argument(
-        "--plugin-batches",
-        type=int,
-        default=200,
-        help="batches per round for each plugin scheme (default %(default)s); successive rounds "
-        "take successive windows of the PTB epoch (1,327 batches)",
+        "--loop-batches", type=int, default=50, help="a round, the authors' loop (%(default)s)"
     )
     parser.add_argument(
-        "--loop-batches",
-        type=int,
-        default=50,
-        help="batches per round of the authors' per-token loop (default %(default)s)",
+        "--stack", type=int, default=64, help="batches a call, stacked (%(default)s; 0: none)"
     )
     parser.add_argument(
-        "--stack",
-        type=int,
-        default=64,
-        help="also time the plugin on calls of this many batches stacked into one array, to show "
-        "the per-call overhead (default %(default)s; 0 skips it)",
-    )
-    parser.add_argument(
-        "--choice-batches",
-        type=int,
-        default=5,
-        help="batches per round of the np.random.choice loop (default %(default)s; 0 skips it)",
+        "--choice-batches", type=int, default=5, help="a round, np.random.choice (0: none)"
     )
     args = parser.parse_args(argv)
 
@@ -210,17 +149,14 @@ def main(argv=None):
 
     torch.set_num_threads(1)
     tokens, dictionary, _ = _common.ptb_train_stream(data_bin)
-    vocab_size = len(dictionary)
+    vocab_size, pad, blank = len(dictionary), dictionary.pad(), dictionary.index(BLANK_SYMBOL)
     stats = stream_stats(tokens, vocab_size)
-    pad = dictionary.pad()
-    blank = dictionary.index(BLANK_SYMBOL)
     all_batches = batches(tokens)
-
-    def make_noiser(name):
-        scheme = build_scheme(name, stats, args.gamma, special_ids(dictionary), blank, vocab_size)
-        return Noiser(scheme, seed=1)
-
-    noisers = {name: make_noiser(name) for name in SCHEMES}
+    specials = special_ids(dictionary)
+    noisers = {
+        name: Noiser(build_scheme(name, stats, args.gamma, specials, blank, vocab_size), seed=1)
+        for name in SCHEMES
+    }
     kn = noisers["kn"]
     plugin_items = [
         (x, y, np.arange(BATCH, dtype=np.int64) + BATCH * i) for i, (x, y) in enumerate(all_batches)
@@ -266,17 +202,9 @@ def main(argv=None):
         return int((x_ != x).sum())  # replaced tokens (a draw may pick the same id: rare)
 
     # Algorithm 1 knows no special symbols: gamma for every id that has a successor, q = N1+(., x)
-    gamma_of = np.clip(
-        args.gamma
-        * np.divide(
-            stats.distinct_successors,
-            stats.successor_total,
-            out=np.zeros(vocab_size),
-            where=stats.successor_total > 0,
-        ),
-        0.0,
-        1.0,
-    )
+    total = stats.successor_total
+    share = np.divide(stats.distinct_successors, total, out=np.zeros(vocab_size), where=total > 0)
+    gamma_of = np.clip(args.gamma * share, 0.0, 1.0)
     q = stats.distinct_predecessors / stats.distinct_predecessors.sum()
 
     def choice_fn(item):
@@ -289,12 +217,8 @@ def main(argv=None):
         return (items[start:] + items[:start])[:size]
 
     STACKED = f"plugin Noiser, kn, {args.stack} batches/call"
-    KN, TORCH, AUTHORS, CHOICE = (
-        "plugin Noiser, kn",
-        "plugin noise_lm_batch, kn",
-        "authors' loop (faithful port), kn",
-        "Alg. 1 + np.random.choice, kn",
-    )
+    KN, TORCH = "plugin Noiser, kn", "plugin noise_lm_batch, kn"
+    AUTHORS, CHOICE = "authors' loop (faithful port), kn", "Alg. 1 + np.random.choice, kn"
     timer = Timer()
     print(f"# {_common.machine_line()}")
     print(
@@ -315,8 +239,7 @@ def main(argv=None):
     timer.best_pass[KN], timer.fired[KN] = timer.best_pass["kn"], timer.fired["kn"]
     wall = time.perf_counter() - wall
 
-    print()
-    print(f"{'implementation':<36}{'tokens/s':>12}{'us/batch':>10}{'best pass':>12}{'fired':>8}")
+    print(f"\n{'implementation':<36}{'tokens/s':>12}{'us/batch':>10}{'best pass':>12}{'fired':>8}")
     print(f"{'':<36}{'(median)':>12}{'(median)':>10}{'tokens/s':>12}")
 
     def line(label, shown=None):
@@ -330,8 +253,8 @@ def main(argv=None):
         line(label)
     if stacked_items:
         line(STACKED)
-    print()
     ratio = timer.median_rate(KN) / timer.median_rate(AUTHORS)
+    print()
     print(
         f"ratio plugin Noiser / authors' loop (kn, gamma_0={args.gamma}): {ratio:.1f}x "
         f"(best passes: {timer.best_pass[KN] / timer.best_pass[AUTHORS]:.1f}x)   goal >= 20x"
@@ -355,8 +278,7 @@ def main(argv=None):
         f"authors' loop, {args.choice_batches} for np.random.choice; authors' tables built in "
         f"{setup_s:.1f} s, not timed; timed part {wall:.1f} s)"
     )
-    print()
-    print("plugin Noiser, every scheme:")
+    print("\nplugin Noiser, every scheme:")
     for name in SCHEMES:
         line(name, f"  {name}")
 

@@ -1,30 +1,20 @@
-#!/usr/bin/env python
 """Time to build the bigram statistics (``stream_stats``) on PTB and on a Text8-sized stream.
 
-Figures printed (best of ``--repeats``, default 3):
-
-* ``stream_stats`` on the binarized PTB training stream (929,589 tokens, V = 10,009);
-* ``stream_stats`` on a synthetic i.i.d. Zipfian stream of Text8's size (17,005,207 tokens,
-  V = 42,000, p(rank r) ~ r^-1.0, fixed seed). An i.i.d. stream has more distinct bigrams than
-  real text of the same size, so this is a pessimistic stand-in for Text8;
-* ``load_or_build_stats`` on PTB: the first call with no cache (hash the data, count, write
-  ``train.noise-stats.npz``), then the cached call (hash the data, read the npz) -- what every
-  later ``fairseq-train`` run pays.
-
-Run: ``.venv/bin/python bench/bench_stats.py [--ptb-dir DIR]``.
+Best of ``--repeats``: PTB's training stream; an i.i.d. Zipfian stream of Text8's 17,005,207
+tokens (more distinct bigrams than real text: a pessimistic stand-in); and ``load_or_build_stats``
+on PTB without the cache, then with it (what every later fairseq-train run pays).
 """
 
 import argparse
 import functools
 import os
 import shutil
-import sys
+import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import _common  # noqa: E402
-import numpy as np  # noqa: E402
+from . import _common
 
 TEXT8_TOKENS = 17_005_207
 
@@ -52,7 +42,7 @@ def fmt(times):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="bench_stats", description=__doc__.split("\n")[0])
     _common.add_ptb_argument(parser)
     parser.add_argument("--repeats", type=int, default=3, help="best of N (default %(default)s)")
     parser.add_argument("--synthetic-tokens", type=int, default=TEXT8_TOKENS)
@@ -92,10 +82,7 @@ def main(argv=None):
     )
     del synthetic, stats
 
-    # The cache is written next to the data; work on a private copy of the binarized split so
-    # that concurrent runs and the shared benchmark cache are left alone.
-    import tempfile
-
+    # the cache is written next to the data: a private copy leaves the shared one alone
     from fairseq.data import data_utils
 
     with tempfile.TemporaryDirectory(prefix="bench-stats-", dir=args.cache_dir) as tmp:

@@ -68,27 +68,27 @@ def sync_fp16_model(optimizer) -> None:
         optimizer._sync_fp32_params_to_fp16()
 
 
-def checkpoint_files(cfg) -> Tuple[str, str]:
-    """(the checkpoint that fairseq-train resumes from, its ``checkpoint_best.pt``) for the
-    ``--checkpoint.*`` settings that ``cfg`` names: ``save_dir``, ``restore_file``,
-    ``continue_once`` and ``checkpoint_suffix``.
+def checkpoint_files(checkpoint, distributed_training) -> Tuple[str, str]:
+    """(the file fairseq-train resumes from, its checkpoint_best.pt) for the ``checkpoint`` and
+    ``distributed_training`` configs; ValueError naming the flag for sharded checkpoints.
 
-    A scheduler is given its own state on loading, not the file it came from, nor the
-    ``extra_state`` saved next to it. The rule is inline in ``checkpoint_utils.load_checkpoint``:
-    ``restore_file`` "checkpoint_last.pt" (the default) means
-    ``save_dir/checkpoint_last<suffix>.pt``, or ``continue_once`` while that file does not exist;
-    any other ``restore_file`` is a path itself, with the suffix put before ".pt".
-    ``save_checkpoint`` writes ``save_dir/checkpoint_best<suffix>.pt``. The suffix is
-    ``--checkpoint-suffix``; the shard that ``Trainer.checkpoint_suffix`` adds under FSDP with
-    sharded state is not followed (sharded training is untested).
-    """
-    suffix = cfg.checkpoint_suffix or ""
-    best = os.path.join(cfg.save_dir, f"checkpoint_best{suffix}.pt")
-    if cfg.restore_file != "checkpoint_last.pt":
-        return cfg.restore_file.replace(".pt", suffix + ".pt"), best
-    last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
-    if not os.path.exists(last) and cfg.continue_once is not None:
-        last = cfg.continue_once
+    A scheduler is handed its state on loading, not the file: the rule is copied from
+    ``checkpoint_utils.load_checkpoint`` (inline there) and ``Trainer.checkpoint_suffix``."""
+    if (
+        distributed_training.ddp_backend == "fully_sharded"
+        and distributed_training.use_sharded_state
+    ):
+        raise ValueError(
+            "--use-sharded-state writes one checkpoint per rank (checkpoint_last-shard<rank>.pt); "
+            "expected one whole checkpoint: drop --use-sharded-state"
+        )
+    suffix = checkpoint.checkpoint_suffix or ""
+    best = os.path.join(checkpoint.save_dir, f"checkpoint_best{suffix}.pt")
+    if checkpoint.restore_file != "checkpoint_last.pt":
+        return checkpoint.restore_file.replace(".pt", suffix + ".pt"), best
+    last = os.path.join(checkpoint.save_dir, f"checkpoint_last{suffix}.pt")
+    if not os.path.exists(last) and checkpoint.continue_once is not None:
+        last = checkpoint.continue_once
     return last, best
 
 

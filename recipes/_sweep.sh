@@ -41,8 +41,8 @@ sweep() {
 }
 
 # ptb_data: PTB's text files (PTB_DIR, else downloaded into WORK/ptb and checked against their
-# SHA-256) binarized into WORK/data-bin (skipped when done), by recipes/prepare_ptb.py, which the
-# benchmarks and the tests use too.
+# SHA-256) binarized into WORK/data-bin (skipped when done), by recipes/prepare_ptb.py
+# (fairseq_noising.data_prep.ptb, which the benchmarks and the tests use too).
 ptb_data() {
   local text=(--download "$WORK/ptb")
   if [ -n "${PTB_DIR:-}" ]; then text=(--ptb-dir "$PTB_DIR"); fi

@@ -1,6 +1,6 @@
 """Shared fixtures: where the real data lives (read by slow tests only: ``require_shared``),
 binarized slices of it in temporary folders (``PTB_SLICES``, by the recipes' own
-recipes/prepare_ptb.py), the command lines the tests run fairseq with (``COMMON``,
+fairseq_noising.data_prep.ptb), the command lines the tests run fairseq with (``COMMON``,
 ``lm_train_argv``, ``mt_train_argv``, ``stateful_lm_argv``), and helpers that several test
 modules share: the plugin's uniforms the oracle draws with (``uniforms_of``), the one-line error
 check (``one_line``) and ``processes_naming``.
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import data_cache
 import pytest
-from data_cache import prepare_ptb, recipe_module, shared_data_dir  # noqa: F401 (the tests' names)
+
+from fairseq_noising.data_prep import ptb as prepare_ptb
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
@@ -142,7 +143,7 @@ fairseq_preprocess = prepare_ptb.preprocess
 
 def binarize_lm(dest: Path, train_lines=None, valid_lines=None, test_lines=None) -> Path:
     """The first lines of PTB's splits (all when None) in dest/raw (``ptb.{split}.txt``),
-    binarized into dest/bin, by the recipes' own recipes/prepare_ptb.py."""
+    binarized into dest/bin, as the recipes binarize PTB."""
     lines = {"train": train_lines, "valid": valid_lines, "test": test_lines or valid_lines}
     raw = prepare_ptb.head(require_shared("ptb"), dest / "raw", lines)
     return prepare_ptb.binarize(raw, dest / "bin")

@@ -4,22 +4,25 @@ PTB and Multi30k are read from the shared data folder (``$FAIRSEQ_NOISING_SHARED
 ``<repo>/../shared/data``) when it holds them. Otherwise :func:`locate` downloads the public
 originals once into a cache folder (``$FAIRSEQ_NOISING_DATA_CACHE``, else
 ``${XDG_CACHE_HOME:-~/.cache}/fairseq-noising/data``), keeping a file only when its SHA-256 is the
-one below (the download itself is recipes/prepare_ptb.py's, which the recipes use too). ``FAIRSEQ_NOISING_DOWNLOAD=0`` turns downloading off; ``FAIRSEQ_NOISING_PTB_URL`` and
+one below (the download itself is :mod:`fairseq_noising.data_prep.ptb`'s, which the recipes use
+too). ``FAIRSEQ_NOISING_DOWNLOAD=0`` turns downloading off; ``FAIRSEQ_NOISING_PTB_URL`` and
 ``FAIRSEQ_NOISING_MULTI30K_URL`` replace the originals' addresses (a mirror holding the same files).
 
 The checksums. PTB: the Zaremba et al. LSTM repository's ``data/ptb.*.txt``, the same files as the
-shared folder's (its SHA256SUMS), listed in recipes/prepare_ptb.py. Multi30k: the published ``.gz`` files (multi30k/dataset,
-``data/task1/raw``), checked as downloaded, then decompressed. Decompressed they differ from the
+shared folder's (its SHA256SUMS), listed in fairseq_noising/data_prep/ptb.py. Multi30k: the
+published ``.gz`` files (multi30k/dataset, ``data/task1/raw``), checked as downloaded, then
+decompressed. Decompressed they differ from the
 shared folder's copies: those end train and val with one extra empty line, and their ``val.de`` is
 another version (61 of its 1,014 German captions differ). So no test may depend on which of the
 two it reads: loaders drop the extra empty line (``conftest.head_lines``), and expected values are
 computed from the text read.
 """
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Tuple
+
+from fairseq_noising.data_prep import ptb
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,19 +38,8 @@ class Dataset(NamedTuple):
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 
 
-def recipe_module(name):
-    """recipes/NAME.py as a module (recipes/ is no package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# PTB (its address, its files and their checksums) and the checked download are the recipes'
-prepare_ptb = recipe_module("prepare_ptb")
-
 DATASETS = {
-    "ptb": Dataset("FAIRSEQ_NOISING_PTB_URL", prepare_ptb.URL, prepare_ptb.FILES),
+    "ptb": Dataset("FAIRSEQ_NOISING_PTB_URL", ptb.URL, ptb.FILES),
     "multi30k": Dataset(
         "FAIRSEQ_NOISING_MULTI30K_URL",
         MULTI30K_URL,
@@ -119,4 +111,4 @@ def locate(name: str, announce: Callable[[str], None] = print) -> Path:
 
 def download(dataset: Dataset, url: str, folder: Path) -> None:
     """Downloads the files folder lacks from url, each kept only when its checksum is right."""
-    prepare_ptb.download(folder, url, dataset.files)
+    ptb.download(folder, url, dataset.files)

@@ -20,6 +20,7 @@ import torch
 import torch._dynamo  # noqa: F401  (the first optimizer built imports it: ~1 s, paid at collection)
 from conftest import TINY_LM, lm_train_argv
 from fairseq import checkpoint_utils, options
+from fairseq.dataclass.configs import FairseqConfig
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim import build_optimizer
 from fairseq.optim.lr_scheduler import build_lr_scheduler
@@ -40,15 +41,7 @@ FAIRSEQ_VALUES = dict(
     save_interval=1,
     save_interval_updates=0,
     disable_validation=False,
-    validate_interval=1,
-    validate_interval_updates=0,
-    validate_after_updates=0,
-    save_dir="checkpoints",
-    restore_file="checkpoint_last.pt",
-    continue_once=None,
-    checkpoint_suffix="",
-    distributed_world_size=max(1, torch.cuda.device_count()),  # fairseq's default
-)
+)  # checkpoint and distributed_training: FairseqConfig's defaults, as the command line has them
 SGD_ARGS = dict(optimizer="sgd", lr=[1.0], momentum=0.0, weight_decay=0.0)
 
 
@@ -63,15 +56,16 @@ class Tiny(torch.nn.Module):
 
 
 def scheduler_cfg(**overrides):
-    """``cfg.lr_scheduler`` of that command line, without the parser;
-    ``overrides`` set scheduler options (``halvings=2`` is ``--halvings 2``; the II-linked ones
-    such as ``stop_min_lr`` too)."""
-    cfg = OmegaConf.structured(
-        PaperHalvingLRScheduleConfig(_name="paper_halving", **FAIRSEQ_VALUES)
-    )
+    """``cfg.lr_scheduler`` of that command line, without the parser, in a config of fairseq's
+    defaults (which its ``checkpoint`` and ``distributed_training`` link to); ``overrides`` set
+    scheduler options (``halvings=2`` is ``--halvings 2``; the II-linked ones such as
+    ``stop_min_lr`` too), else options of those two groups (``save_dir``)."""
+    root = OmegaConf.structured(FairseqConfig())
+    root.lr_scheduler = PaperHalvingLRScheduleConfig(_name="paper_halving", **FAIRSEQ_VALUES)
     for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+        groups = ("lr_scheduler", "checkpoint", "distributed_training")
+        OmegaConf.update(root, f"{next(g for g in groups if key in root[g])}.{key}", value)
+    return root.lr_scheduler
 
 
 def build(model=None, momentum=0.0, cfg=None, **overrides):

@@ -1,14 +1,10 @@
-"""Small inputs of the real data's shape for the data-preparation tests of recipes/ (Text8,
-IWSLT'15 tarballs), and loading a recipe's Python module (recipes/ is no package)."""
+"""Small inputs of the real data's shape for the data-preparation tests (Text8, IWSLT'15
+tarballs)."""
 
 import io
 import random
 import tarfile
 from pathlib import Path
-
-from conftest import recipe_module
-
-load = recipe_module  # recipes/NAME.py as a module
 
 
 def synthetic_text8(n_chars, seed=0, vocab=400):

@@ -1,4 +1,5 @@
-"""bench/bench_concurrency.py: N fairseq-hydra-train runs of one row of a PTB table side by side.
+"""bench/bench_concurrency.py (``python -m bench.bench_concurrency``): N fairseq-hydra-train runs
+of one row of a PTB table side by side.
 
 The slow test runs it on the CPU with ``--size small`` for N=1 and N=2 on the binarized PTB the
 other tests share (``--data-bin``: binarizing again would double the test's time) and checks its
@@ -23,9 +24,9 @@ from pathlib import Path
 import pytest
 from conftest import CLI_ENV, REPO, processes_naming, require_shared
 
-sys.path.insert(0, str(REPO / "bench"))
+from bench import bench_concurrency
 
-import bench_concurrency  # noqa: E402
+COMMAND = [sys.executable, "-m", "bench.bench_concurrency"]  # run from the repository root
 
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x$")
 # what each run sets besides the table's config: its row, no evaluation, the measurement's settings
@@ -52,7 +53,8 @@ def test_runs_side_by_side_on_the_cpu(tmp_path, short_tmp, ptb_bin):
     argv = ["--device", "cpu", "--size", "small", "--runs", "1,2"]
     argv += ["--seconds", "5", "--data-bin", str(ptb_bin), "--json", str(out)]
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "bench" / "bench_concurrency.py")] + argv,
+        COMMAND + argv,
+        cwd=REPO,
         env={**CLI_ENV, "TMPDIR": str(tmp)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -106,9 +108,8 @@ def test_ctrl_c_stops_every_run_and_removes_the_folder(short_tmp, ptb_bin):
     tmp = short_tmp
     argv = ["--device", "cpu", "--size", "small", "--runs", "2"]
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "bench" / "bench_concurrency.py")]
-        + argv
-        + ["--data-bin", str(ptb_bin)],
+        COMMAND + argv + ["--data-bin", str(ptb_bin)],
+        cwd=REPO,
         env={**CLI_ENV, "TMPDIR": str(tmp)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,8 +1,8 @@
 """The recipes' data preparation and the sweeps' scoring on small inputs of the real data's shape:
-recipes/prepare_text8.py (split, <unk>, lines) against a brute-force reading,
-recipes/prepare_translation.py (IWSLT tarballs, plain parallel files, tokenizers, sentencepiece)
-and fairseq_noising/sweep/bleu.py (detokenizers, BLEU against
-sacrebleu called directly)."""
+fairseq_noising/data_prep/text8.py (split, <unk>, lines) against a brute-force reading,
+data_prep/translation.py (IWSLT tarballs, plain parallel files, sentencepiece), data_prep/
+tokenizers.py (tokenizers, detokenizers) and fairseq_noising/sweep/bleu.py (BLEU against sacrebleu
+called directly)."""
 
 import collections
 import json
@@ -10,13 +10,13 @@ import tarfile
 
 import pytest
 from conftest import head_lines, require_shared
-from prep_kit import TRAIN_DE, TRAIN_EN, add_file, load, synthetic_text8, tiny_iwslt_tarball
+from prep_kit import TRAIN_DE, TRAIN_EN, add_file, synthetic_text8, tiny_iwslt_tarball
 
+from fairseq_noising.data_prep import subwords, tokenizers
+from fairseq_noising.data_prep import text8 as prepare_text8
+from fairseq_noising.data_prep import translation as prepare_translation
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.sweep import bleu
-
-prepare_text8 = load("prepare_text8")
-prepare_translation = load("prepare_translation")
 
 
 def test_text8_preparation_matches_brute_force(tmp_path):
@@ -138,11 +138,11 @@ def test_iwslt_preparation_refuses_misaligned_train_tags(tmp_path):
     ],
 )
 def test_simple_tokenizer_round_trip(line):
-    tok = bleu.simple_tokenize(line)
+    tok = tokenizers.simple_tokenize(line)
     assert tok.endswith(" .") and all(
         len(t) == 1 or t.replace("'", "").isalnum() for t in tok.split()
     )
-    assert bleu.simple_detokenize(tok) == line
+    assert tokenizers.simple_detokenize(tok) == line
 
 
 def test_plain_copy_drops_only_the_final_empty_line_and_reads_gzip(tmp_path):
@@ -210,10 +210,10 @@ def test_tokenize_dir_and_detokenize(tokenizer, tmp_path):
     out = tmp_path / "tok"
     prepare_translation.tokenize_dir(str(raw), str(out), "en", "de", tokenizer)
     kind = (out / "tokenizer").read_text().strip()
-    assert kind == ("simple" if tokenizer == "simple" else bleu.resolve_tokenizer("auto"))
+    assert kind == ("simple" if tokenizer == "simple" else tokenizers.resolve_tokenizer("auto"))
     tok = (out / "test.de").read_text(encoding="utf-8").splitlines()
     assert tok[1].split() == ["Zwei", "Hunde", "(", "braun", ")", "rennen", "."]
-    assert bleu.detokenize(tok, "de", kind) == lines["de"]
+    assert tokenizers.detokenize(tok, "de", kind) == lines["de"]
 
 
 @pytest.mark.slow
@@ -226,7 +226,7 @@ def test_sentencepiece_and_scoring_helpers(tmp_path):
             head_lines(m30k / f"{src}.{lang}", raw / f"{split}.{lang}", n)
     for joint in (False, True):
         out = tmp_path / f"spm{joint}"
-        prepare_translation.spm_dir(str(raw), str(out), "en", "de", 200, joint)
+        subwords.spm_dir(str(raw), str(out), "en", "de", 200, joint)
         assert (out / ("spm.joint.model" if joint else "spm.de.model")).exists()
         import sentencepiece as spm
 

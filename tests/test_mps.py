@@ -1,4 +1,4 @@
-"""recipes/mps.py: a CUDA MPS daemon of a sweep's own (MPS=1 in the recipes), tested on the CPU
+"""fairseq_noising/mps.py (recipes/mps.py): a CUDA MPS daemon of a sweep's own (MPS=1 in the recipes), tested on the CPU
 with a stand-in nvidia-cuda-mps-control that records how it was called: started, checked, the
 command run with the daemon's folders in its environment, stopped after, also when the command
 fails or is interrupted; a daemon that does not start or answer, or a machine without CUDA, is
@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, recipe_module
+from conftest import REPO
 
-mps = recipe_module("mps")
+from fairseq_noising import mps
 
 STAND_IN = """#!/bin/sh
 # nvidia-cuda-mps-control stand-in: records each call (arguments, pipe folder, stdin)

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from fairseq import checkpoint_utils
+from fairseq.dataclass.configs import CheckpointConfig, DistributedTrainingConfig
 from fairseq.optim import build_optimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 from halving_kit import (
@@ -414,8 +415,6 @@ def test_checkpoint_files_name_the_file_that_fairseq_resumes_from(
 ):
     """fairseq_compat.checkpoint_files against checkpoint_utils.load_checkpoint, whose rule is
     inline: the path it hands Trainer.load_checkpoint."""
-    from fairseq.dataclass.configs import CheckpointConfig
-
     cfg = CheckpointConfig(
         save_dir=str(tmp_path),
         restore_file=restore_file,
@@ -432,9 +431,48 @@ def test_checkpoint_files_name_the_file_that_fairseq_resumes_from(
         lr_step=lambda epoch: None,
     )
     checkpoint_utils.load_checkpoint(cfg, trainer)
-    assert fairseq_compat.checkpoint_files(cfg) == (
+    assert fairseq_compat.checkpoint_files(cfg, DistributedTrainingConfig()) == (
         opened[0],
         str(tmp_path / f"checkpoint_best{suffix}.pt"),
+    )
+
+
+@pytest.mark.parametrize(
+    "ddp_backend, use_sharded_state",
+    [
+        ("pytorch_ddp", False),
+        ("pytorch_ddp", True),
+        ("fully_sharded", False),
+        ("fully_sharded", True),
+    ],
+)
+def test_sharded_checkpoints_are_refused_in_one_line_where_fairseq_shards_the_file(
+    ddp_backend, use_sharded_state, tmp_path
+):
+    """Trainer.checkpoint_suffix (fairseq's) puts a shard into the file name exactly where the
+    scheduler refuses the command line, before training, naming the flag."""
+    from fairseq.trainer import Trainer
+
+    flags = dict(ddp_backend=ddp_backend, use_sharded_state=use_sharded_state)
+    cfg = SimpleNamespace(
+        checkpoint=CheckpointConfig(save_dir=str(tmp_path)),
+        distributed_training=DistributedTrainingConfig(**flags),
+    )
+    trainer = SimpleNamespace(cfg=cfg, data_parallel_rank=0)
+    trainer.is_fsdp = Trainer.is_fsdp.fget(trainer)
+    shard = Trainer.checkpoint_suffix.fget(trainer)
+    if shard == "":
+        scheduler, _ = build(save_dir=str(tmp_path), **flags)
+        files = fairseq_compat.checkpoint_files(cfg.checkpoint, cfg.distributed_training)
+        assert files[0] == str(tmp_path / "checkpoint_last.pt")
+        return
+    assert shard == "-shard0"
+    with pytest.raises(NoisingError) as refused:
+        build(save_dir=str(tmp_path), **flags)
+    assert str(refused.value) == (
+        "fairseq-noising: error: --lr-scheduler paper_halving: --use-sharded-state writes one "
+        "checkpoint per rank (checkpoint_last-shard<rank>.pt); expected one whole checkpoint: "
+        "drop --use-sharded-state"
     )
 
 

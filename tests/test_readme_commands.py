@@ -30,8 +30,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PLUGIN_DIR, REPO, head_lines, prepare_ptb, require_shared, run_cli
+from conftest import PLUGIN_DIR, REPO, head_lines, require_shared, run_cli
 from score_kit import block_perplexity, generate_bleu, printed_perplexity, stateful_perplexity
+
+from fairseq_noising.data_prep import ptb as prepare_ptb
 
 README = REPO / "README.md"
 VENV = str(Path(sys.executable).parent.parent)

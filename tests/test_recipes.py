@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-from conftest import CLI_ENV, PTB_SLICES, REPO, head_lines, prepare_ptb, require_shared
+from conftest import CLI_ENV, PTB_SLICES, REPO, head_lines, require_shared
 from score_kit import stateful_perplexity
+
+from fairseq_noising.data_prep import ptb as prepare_ptb
 
 VENV = str(Path(sys.executable).parent.parent)  # the environment running the tests
 TINY = ["++model.hidden_size=16", "optimization.max_epoch=1", "optimization.max_update=5"]

@@ -13,18 +13,18 @@ from fairseq_noising.errors import NoisingError
 
 
 class BestParameters:
-    """A CPU copy of the parameters that a fairseq optimizer updates, taken at the best epoch.
-
-    ``update`` is the one way it is used: after an epoch's decision it either keeps the current
-    parameters as the best or copies the kept ones back in place. ``tensors`` is a list of CPU
-    tensors aligned with ``optimizer.params``, or None. With ``enabled=False``
-    (``--no-restore-best``) it keeps nothing and restores nothing.
-    """
+    """A CPU copy of the parameters that a fairseq optimizer updates, taken at the best epoch
+    (``tensors``, aligned with ``optimizer.params``, or None); ``enabled=False`` keeps nothing."""
 
     def __init__(self, optimizer, enabled=True):
         self.optimizer = optimizer
         self.enabled = enabled
         self.tensors = None
+
+    @property
+    def to_read_back(self) -> bool:
+        """Wanted but not held: after a resume, read back from checkpoint_best.pt."""
+        return self.enabled and self.tensors is None
 
     def update(self, is_best: bool) -> bool:
         """Keep the parameters if ``is_best``, else restore the kept ones; True if it restored."""

@@ -1,17 +1,13 @@
 """``--lr-scheduler paper_halving``: the training protocol of Xie et al. (ICLR 2017), section 4.
 
-After each epoch's validation: halve the learning rate and restore the best epoch's parameters
-when the validation loss does not improve (or, with ``--halving-threshold``, once its relative
-perplexity improvement falls below the threshold); stop after the last of ``--halvings`` halved
-rates. The state is the list of validations taken; what they decided (learning rate, halvings,
-best epoch) follows from them (:mod:`.halving_rule`). The protocol, the tie rule, stopping,
-resuming and fp16 are in docs/paper_halving.md.
+After each epoch's validation, halve the learning rate and restore the best epoch's parameters
+when validation stops improving; stop after the last of ``--halvings`` halved rates. The state is
+the list of validations (:mod:`.halving_rule` decides from them); docs/paper_halving.md has why.
 """
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
@@ -20,14 +16,15 @@ from omegaconf import II
 from fairseq_noising import fairseq_compat
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.optim import halving_rule as rule
-from fairseq_noising.optim.best_params import BestParameters, read_best_checkpoint, read_checkpoint
-from fairseq_noising.optim.paper_halving_checks import check_config
+from fairseq_noising.optim.best_params import BestParameters
+from fairseq_noising.optim.halving_resume import read_checkpoints
 
 logger = logging.getLogger(__name__)
 
 # 3: the validations; 1 and 2 (what they had decided) are converted on loading. The best
 # parameters are in the state only where checkpoint_best.pt may not hold them.
 _STATE_VERSION = 3
+_PPL_METRICS = ("loss", "nll_loss", "ppl")
 
 
 @dataclass
@@ -35,30 +32,24 @@ class PaperHalvingLRScheduleConfig(FairseqDataclass):
     halvings: int = field(
         default=8,
         metadata={
-            "help": "train at N halved learning rates (the paper anneals 8 times: down to lr/256) "
-            "and stop at the next epoch that would halve again, as the authors' code does; "
-            "needs --stop-min-lr 0"
+            "help": "train at N halved learning rates (the paper: 8, down to lr/256), then stop "
+            "at the next epoch that would halve again; needs --stop-min-lr 0"
         },
     )
     halving_threshold: Optional[float] = field(
         default=None,
         metadata={
-            "help": "translation rule: start halving once the relative improvement of the "
-            "validation perplexity over the previous epoch is below this fraction (0.01 = 1%), "
-            "then halve after every epoch; unset (default): halve after every epoch whose "
-            "validation loss does not improve on the best (the language-modelling rule)"
+            "help": "translation rule: halve after every epoch once the relative improvement of "
+            "the validation perplexity falls below this fraction (0.01 = 1%); unset: halve after "
+            "every epoch that does not improve on the best (language modelling)"
         },
     )
     lr_shrink: float = field(
-        default=0.5,
-        metadata={"help": "factor applied to the learning rate at each halving"},
+        default=0.5, metadata={"help": "factor applied to the learning rate at each halving"}
     )
     no_restore_best: bool = field(
         default=False,
-        metadata={
-            "help": "when an epoch does not improve the validation loss, keep its parameters "
-            "instead of restoring those of the best epoch (and keep no copy of them)"
-        },
+        metadata={"help": "keep a non-improving epoch's parameters instead of restoring the best"},
     )
     lr: List[float] = II("optimization.lr")
     stop_min_lr: float = II("optimization.stop_min_lr")
@@ -68,15 +59,59 @@ class PaperHalvingLRScheduleConfig(FairseqDataclass):
     save_interval: int = II("checkpoint.save_interval")
     save_interval_updates: int = II("checkpoint.save_interval_updates")
     disable_validation: bool = II("dataset.disable_validation")
-    validate_interval: int = II("dataset.validate_interval")
-    validate_interval_updates: int = II("dataset.validate_interval_updates")
-    validate_after_updates: int = II("dataset.validate_after_updates")
-    # where fairseq-train resumes from (fairseq_compat.checkpoint_files), and on how many ranks
-    save_dir: str = II("checkpoint.save_dir")
-    restore_file: str = II("checkpoint.restore_file")
-    continue_once: Optional[str] = II("checkpoint.continue_once")
-    checkpoint_suffix: str = II("checkpoint.checkpoint_suffix")
-    distributed_world_size: int = II("distributed_training.distributed_world_size")
+    # for fairseq_compat: the checkpoint that fairseq-train resumes from, and on how many ranks
+    checkpoint: Any = II("checkpoint")
+    distributed_training: Any = II("distributed_training")
+
+
+def _refuse_unworkable(cfg):
+    """One line naming the flag, for a command line on which the protocol cannot work."""
+
+    def fail(message):
+        raise NoisingError(f"--lr-scheduler paper_halving: {message}")
+
+    if len(cfg.lr) != 1:
+        fail(f"give a single --lr (got {list(cfg.lr)}); the schedule is made by halving it")
+    if cfg.halvings < 1:
+        fail(f"--halvings must be >= 1 (got {cfg.halvings})")
+    if not 0.0 < cfg.lr_shrink < 1.0:
+        fail(f"--lr-shrink must be in (0, 1) (got {cfg.lr_shrink})")
+    if cfg.stop_min_lr < 0:
+        fail(
+            "pass --stop-min-lr 0: after the last halving the scheduler sets the learning rate "
+            "to 0 and fairseq-train stops only when it is <= --stop-min-lr "
+            f"(got --stop-min-lr {cfg.stop_min_lr})"
+        )
+    last_lr = cfg.lr[0] * cfg.lr_shrink**cfg.halvings
+    if cfg.stop_min_lr >= last_lr:
+        fail(
+            f"--stop-min-lr {cfg.stop_min_lr} would stop training before the last halved rate "
+            f"(learning rate {last_lr:g} after {cfg.halvings}) is trained; pass --stop-min-lr 0"
+        )
+    if cfg.disable_validation:
+        fail("needs the validation loss after every epoch; drop --disable-validation")
+    metric = cfg.best_checkpoint_metric
+    if cfg.maximize_best_checkpoint_metric:
+        fail(
+            "halves when a loss stops decreasing; drop --maximize-best-checkpoint-metric "
+            f"(--best-checkpoint-metric {metric})"
+        )
+    if cfg.halving_threshold is not None and not 0.0 < cfg.halving_threshold < 1.0:
+        fail(f"--halving-threshold must be in (0, 1) (got {cfg.halving_threshold})")
+    if cfg.halving_threshold is not None and metric not in _PPL_METRICS:
+        fail(
+            "--halving-threshold compares validation perplexities, which needs "
+            f"--best-checkpoint-metric nll_loss, loss or ppl (got {metric})"
+        )
+    if cfg.halving_threshold is not None and metric == "loss" and cfg.sentence_avg:
+        fail(
+            "with --sentence-avg the validation 'loss' is per sentence, not the per-token "
+            "log2 perplexity that --halving-threshold needs; add --best-checkpoint-metric nll_loss"
+        )
+    try:
+        fairseq_compat.checkpoint_files(cfg.checkpoint, cfg.distributed_training)
+    except ValueError as e:
+        fail(str(e))
 
 
 @register_lr_scheduler("paper_halving", dataclass=PaperHalvingLRScheduleConfig)
@@ -86,7 +121,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
 
     def __init__(self, cfg: PaperHalvingLRScheduleConfig, optimizer):
         super().__init__(cfg, optimizer)
-        check_config(cfg)
+        _refuse_unworkable(cfg)
         self.validations = []  # the state: every validation taken, in order
         self.progress = rule.Progress()  # what they decided
         self.best_copy = BestParameters(optimizer, enabled=not cfg.no_restore_best)
@@ -101,23 +136,15 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
     best_epoch = property(lambda self: (self.progress.best or {}).get("epoch"))
     best_updates = property(lambda self: (self.progress.best or {}).get("updates"))
     lr = property(lambda self: rule.rate(self.cfg, self.halvings))
-
-    @property
-    def finished(self):
-        """True once the epochs at the last halved rate stopped improving (the rate is then 0)."""
-        return self.halvings > self.cfg.halvings
-
-    @property
-    def best_params(self):
-        """The best epoch's parameters (CPU tensors aligned with ``optimizer.params``) or None."""
-        return self.best_copy.tensors
+    # True once the epochs at the last halved rate stopped improving (the rate is then 0)
+    finished = property(lambda self: self.halvings > self.cfg.halvings)
+    # the best epoch's parameters (CPU tensors aligned with optimizer.params) or None
+    best_params = property(lambda self: self.best_copy.tensors)
 
     @property
     def keeps_copy_in_checkpoint(self):
-        """Whether checkpoints carry the best parameters themselves, because checkpoint_best.pt
-        may not hold them: fairseq saves (and validates) inside epochs with
-        ``--save-interval-updates``, skips epochs with ``--save-interval`` > 1, and a version 1
-        state does not say which save holds them."""
+        """Whether checkpoints carry the best parameters, because checkpoint_best.pt may not hold
+        them: saves inside epochs, skipped epochs, or a version 1 state (docs/paper_halving.md)."""
         cfg = self.cfg
         return self.best_updates is None or cfg.save_interval_updates > 0 or cfg.save_interval > 1
 
@@ -155,7 +182,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
             self._resume(epoch)
         else:
             self._resuming = False
-            self._take(dict(epoch=epoch, loss=float(val_loss), updates=self.num_updates))
+            self._decide(dict(epoch=epoch, loss=float(val_loss), updates=self.num_updates))
         self.optimizer.set_lr(self.lr)
         return self.lr
 
@@ -165,44 +192,42 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         self.optimizer.set_lr(self.lr)
         return self.lr
 
-    def _take(self, v):
-        """Decides the validation ``v``, then keeps or restores the parameters and says so."""
+    def _decide(self, validation):
+        """Takes ``validation`` into the state, then keeps or restores the parameters; logs it."""
+        v = validation
         v.setdefault("inside", False)
         self.validations.append(v)
-        lr_before, d = self.lr, rule.decide(self.progress, v, self.cfg)
-        if d.kind in ("ignored", "inside"):
-            if d.kind == "ignored":
-                logger.warning(
-                    f"paper_halving: epoch {v['epoch']} came after the last halving; ignored"
-                )
+        lr_before, decision = self.lr, rule.decide(self.progress, v, self.cfg)
+        if decision.kind == "ignored":
+            logger.warning(
+                f"paper_halving: epoch {v['epoch']} came after the last halving; ignored"
+            )
+        if decision.kind in ("ignored", "inside"):
             return
         restored = self.best_copy.update(is_best=self.progress.best is v)
-        if d.kind == "inside-best":
-            logger.info(
+        previous, metric = decision.previous, self.cfg.best_checkpoint_metric
+        if decision.kind == "inside-best":
+            line = (
                 f"paper_halving: resuming at update {v['updates']} inside epoch {v['epoch']}, "
-                f"where it validated at "
-                f"{self.cfg.best_checkpoint_metric} {v['loss']:.6g} and fairseq wrote "
-                f"checkpoint_best.pt (best so far {d.previous['loss']:.6g} at epoch "
-                f"{d.previous['epoch']}): it becomes the best, restored after a non-improving epoch"
+                f"where it validated at {metric} {v['loss']:.6g} and fairseq wrote "
+                f"checkpoint_best.pt (best so far {previous['loss']:.6g} at epoch "
+                f"{previous['epoch']}): it becomes the best, restored after a non-improving epoch"
             )
-            return
-        msg = rule.describe(v, d, self.progress, self.cfg, lr_before)
-        if restored:
-            msg += f"; restored the parameters of epoch {self.best_epoch}"
-        logger.info(msg)
+        else:
+            line = rule.describe(v, decision, self.progress, self.cfg, lr_before)
+            line += f"; restored the parameters of epoch {self.best_epoch}" if restored else ""
+        logger.info(line)
 
     def _resume(self, epoch):
-        """At fairseq's first step after ``load_state_dict``: ``Trainer.load_checkpoint`` has
-        loaded the model and handed over the updates (``step_update``) and the epoch, and nothing
-        is trained yet. Without a kept copy, reads the best parameters back from
-        checkpoint_best.pt; then takes the validation saved with the checkpoint if no decision
-        took it. Rank 0 reads the files; every rank gets what it found."""
+        """At fairseq's first step after ``load_state_dict`` (the model, updates and epoch loaded,
+        nothing trained): reads the best parameters back from checkpoint_best.pt unless a copy was
+        kept, then decides the validation saved with the checkpoint if none did. Rank 0 reads."""
         if not self._resuming:
             return
         self._resuming = False
-        world = self.cfg.distributed_world_size
-        found = fairseq_compat.from_first_rank(lambda: self._look_back(epoch), world)
-        best, v = found["best"], found["pending"]
+        world = self.cfg.distributed_training.distributed_world_size
+        found = fairseq_compat.from_first_rank(lambda: read_checkpoints(self, epoch), world)
+        best, pending = found["best"], found["pending"]
         if "error" in found:
             raise NoisingError(
                 f"--lr-scheduler paper_halving: {found['path']} {found['error']}, but resuming "
@@ -215,72 +240,11 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
         if best is not None:
             self.best_copy.tensors = found["tensors"]
             logger.info(f"paper_halving: the best epoch's parameters are those of {found['path']}")
-        if v is None:
-            return
-        if not v["inside"]:
+        if pending is not None and not pending["inside"]:
             logger.info(
-                f"paper_halving: resuming after epoch {v['epoch']}, saved before its decision; "
-                f"replaying it from the validation value saved with it, {v['loss']:.6g}"
+                f"paper_halving: resuming after epoch {pending['epoch']}, saved before its "
+                "decision; replaying it from the validation value saved with it, "
+                f"{pending['loss']:.6g}"
             )
-        self._take(v)
-
-    def _look_back(self, epoch):
-        """(On rank 0.) ``{"pending"}``: the validation saved with the checkpoint being loaded (the
-        file that fairseq's rule names, if it holds the updates handed over), if undecided;
-        ``{"best", "path"}``: the best validation whose parameters are to be read back from
-        checkpoint_best.pt at ``path`` (None: none), with ``{"tensors"}`` or ``{"error"}``."""
-        path, best_path = fairseq_compat.checkpoint_files(self.cfg)
-        loaded, problem = read_checkpoint(path)
-        pos = fairseq_compat.checkpoint_position(loaded or {})
-        if loaded is not None and pos["updates"] != self.num_updates:
-            problem = f"holds {pos['where']}, not epoch {epoch} at {self.num_updates} updates"
-            loaded = None
-        if loaded is None:
-            logger.warning(
-                f"paper_halving: {path} {problem}: it is not the checkpoint being loaded; a "
-                "validation saved with that one before its decision is not replayed"
-            )
-        pending = self._undecided(pos) if loaded is not None else None
-        found = dict(pending=pending, best=self._best_to_read(pending), path=best_path)
-        if found["best"] is not None and loaded is None:
-            found["error"] = f"cannot be mapped onto the model without it ({path} {problem})"
-        elif found["best"] is not None:
-            found.update(read_best_checkpoint(best_path, self.optimizer, loaded, found["best"]))
-        return found
-
-    def _undecided(self, pos):
-        """The validation saved with the checkpoint (at ``pos``) if no decision took it: an
-        epoch's (fairseq saves before it calls step), or one inside an epoch (a stop by
-        --stop-time-hours or --max-update) where checkpoint_best.pt holds the best."""
-        if pos["loss"] is None or pos["epoch"] is None:
-            return None
-        v, seen = {k: pos[k] for k in ("epoch", "loss", "updates", "inside")}, self.validations
-        if not v["inside"]:
-            done = any(not u["inside"] and u["epoch"] >= v["epoch"] for u in seen)
-        else:
-            done = any(u["inside"] and u["updates"] == v["updates"] for u in seen)
-            done |= self.best_updates is None or not self._reads_best_checkpoint()
-        return None if done else v
-
-    def _reads_best_checkpoint(self):
-        return self.best_copy.enabled and self.best_copy.tensors is None
-
-    def _best_to_read(self, pending):
-        """The best validation whose parameters are to be read from checkpoint_best.pt: without
-        a kept copy, unless the best is the pending validation, decided on a copy of the
-        progress, or there is none."""
-        if not self._reads_best_checkpoint():
-            return None
-        progress, ahead = dataclasses.replace(self.progress), None
         if pending is not None:
-            ahead = dict(pending)
-            rule.decide(progress, ahead, self.cfg)
-        best = progress.best
-        if best is not None and best is not ahead and best["updates"] is None:
-            logger.warning(  # version 1, written with --no-restore-best
-                "paper_halving: the checkpoint holds no copy of the best parameters "
-                "(saved with --no-restore-best?); they cannot be restored until the next "
-                "improvement"
-            )
-            return None
-        return None if best is None or best is ahead else best
+            self._decide(pending)
