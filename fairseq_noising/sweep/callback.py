@@ -79,14 +79,15 @@ class RowCallback(Callback):
             raise SystemExit(line)  # before any row trains: Hydra's own error would advise +task=
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from .. import fairseq_compat, fairseq_compat_training
+        from .. import fairseq_compat
+        from ..fairseq_compat import training
 
         fairseq_compat.forget_best_validation_value()  # this process may have trained a row
         run_dir = config.hydra.runtime.output_dir
         self._ended = _has_ended(run_dir)
         if self._ended:
             logger.info(f"row {_name(run_dir)}: {self._ended}: nothing to train")
-            self._job.enter_context(fairseq_compat_training.no_training())
+            self._job.enter_context(training.no_training())
             return
         _warn_inside_epochs(config)
         try:
@@ -103,7 +104,7 @@ class RowCallback(Callback):
         except Exception as e:  # a record is no reason not to train
             logger.warning(f"could not write the row's record: {e}")
         write = functools.partial(_append_quietly, run_dir)
-        self._job.enter_context(fairseq_compat_training.recorded_progress(write))
+        self._job.enter_context(training.recorded_progress(write))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         self._job.close()

@@ -2,7 +2,7 @@
 
 The row's callback writes ``start`` (with the checkpoint position it resumes from, or null: from
 scratch) and ``end`` (the job's status); between them, what fairseq's progress bars report,
-whatever the log format (:func:`fairseq_noising.fairseq_compat_training.recorded_progress`):
+whatever the log format (:func:`fairseq_noising.fairseq_compat.training.recorded_progress`):
 ``train_inner`` every ``--log-interval`` updates (with ``position``, epochs done), ``train`` at
 an epoch's end, and each validation under its subset's name (``valid``). Statistics keep
 fairseq's names (``loss`` in bits, ``ppl``, ``lr``, ``num_updates``, ...). Every line has its

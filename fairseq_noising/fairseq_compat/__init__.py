@@ -1,7 +1,9 @@
 """Every place where the plugin relies on a fairseq detail that is not public API.
 
 Each helper names the fairseq behaviour it depends on; if a fairseq release changes one, this is
-the file to fix. (Loading fairseq checkpoints under torch >= 2.6 is :mod:`.checkpoint_safety`.)
+the package to fix (what a sweep row's record needs while fairseq-train runs is in
+:mod:`.training`). (Loading fairseq checkpoints under torch >= 2.6 is
+:mod:`fairseq_noising.checkpoint_safety`.)
 """
 
 import atexit

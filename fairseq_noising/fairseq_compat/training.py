@@ -1,5 +1,5 @@
-"""The fairseq details a sweep row's record relies on while fairseq-train runs (the rest of the
-plugin's are in :mod:`.fairseq_compat`): its progress bars, and its training loop's epochs.
+"""The fairseq details a sweep row's record relies on while fairseq-train runs: its progress bars,
+and its training loop's epochs (the plugin's others are in the package's ``__init__``).
 """
 
 from contextlib import contextmanager
