@@ -171,7 +171,7 @@ def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_
         row = record.read(str(run_dir))
         t = row["training"]
         assert (t["halvings"], t["stop"], t["lr"], t["training_seconds"]) == facts
-        assert page_tables.how(row).startswith(words)
+        assert page_tables.ending_words(row).startswith(words)
         # a record without them (written before the training returned) cannot tell
         rec = record.read_record(str(run_dir))
         record.write(str(run_dir), {k: rec[k] for k in rec if k != "at_end"})
@@ -482,9 +482,9 @@ def test_where_a_row_is_names_a_save_inside_an_epoch_no_progress_record_reached(
     # record of it (every 100 updates): the checkpoint says where it is
     t = {"epochs_done": 0.0, "resume_at": "update 30 inside epoch 1", "lr": 1.0}
     t.update(halvings=0, max_halvings=8)
-    assert record.where({"training": t}) == "update 30 inside epoch 1, lr 1, 0 of 8 halvings"
+    assert record.position_words({"training": t}) == "update 30 inside epoch 1, lr 1, 0 of 8 halvings"
     t.update(epochs_done=3.0, resume_at="the end of epoch 3")
-    assert record.where({"training": t}) == "after epoch 3, lr 1, 0 of 8 halvings"
+    assert record.position_words({"training": t}) == "after epoch 3, lr 1, 0 of 8 halvings"
 
 
 def test_a_failed_evaluation_writes_its_reason_into_the_record(tmp_path):

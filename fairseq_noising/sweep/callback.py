@@ -155,7 +155,7 @@ class RowCallback(Callback):
             logger.error(f"row {_name(run_dir)}: failed: {rec['error']}")
             return
         row = record.read(run_dir)
-        logger.info(f"row {_name(run_dir)}: {page_tables.how(row) if row else 'ended'}")
+        logger.info(f"row {_name(run_dir)}: {page_tables.ending_words(row) if row else 'ended'}")
 
     def _write_page(self, config: DictConfig) -> Optional[str]:
         try:
@@ -229,7 +229,7 @@ def _has_ended(run_dir: str) -> Optional[str]:
     if not row or row["status"] in ("unreadable",) or not row.get("training"):
         return None
     stop = row["training"]["stop"]
-    return page_tables.how(dict(row, status="ended")) if stop else None
+    return page_tables.ending_words(dict(row, status="ended")) if stop else None
 
 
 def _warn_inside_epochs(config: DictConfig) -> None:

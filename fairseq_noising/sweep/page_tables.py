@@ -39,7 +39,7 @@ def duration(seconds: Optional[float]) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
-def how(row: Dict) -> str:
+def ending_words(row: Dict) -> str:
     """How a row's training ended, or where it is, in words."""
     ending = record.ending(row)
     if ending in ("failed", "unreadable"):
@@ -50,8 +50,8 @@ def how(row: Dict) -> str:
         return f"end of the protocol (epoch {t['epochs']}, {rule})"
     if ending == "stopped":
         at = t.get("resume_at") or "its start"
-        return f"stopped: its process is gone ({record.where(row)}); resumes from {at}"
-    return f"{ENDINGS[ending]}, {record.where(row)}"
+        return f"stopped: its process is gone ({record.position_words(row)}); resumes from {at}"
+    return f"{ENDINGS[ending]}, {record.position_words(row)}"
 
 
 def scores(row: Dict, lm: bool) -> List[Optional[float]]:
@@ -212,7 +212,7 @@ def _row_cells(row: Dict, lm: bool, seeds: bool) -> List[object]:
     cells = [row["name"], f"{row.get('gamma', 0):g}"] + ([str(row.get("seed"))] if seeds else [])
     cells += [valid, *(fmt(s) for s in figures[1:]), model_cell(row), t.get("epochs", NONE)]
     cells += [halvings, duration(t.get("training_seconds")), duration(t.get("wall_seconds"))]
-    return cells + [runs_cell(row), how(row)]
+    return cells + [runs_cell(row), ending_words(row)]
 
 
 def every_table(rows: List[Dict], lm: bool, seeds: bool) -> List[str]:
@@ -222,7 +222,7 @@ def every_table(rows: List[Dict], lm: bool, seeds: bool) -> List[str]:
     cells = [
         _row_cells(r, lm, seeds)
         if r["status"] != "unreadable"
-        else [r["name"]] + [NONE] * (len(header) - 2) + [how(r)]
+        else [r["name"]] + [NONE] * (len(header) - 2) + [ending_words(r)]
         for r in rows
     ]
     return [

@@ -249,7 +249,7 @@ def ending(row: Dict) -> str:
     return stop or "ended"
 
 
-def where(row: Dict) -> str:
+def position_words(row: Dict) -> str:
     """``epoch 3 (40% of it), lr 0.5, 1 of 8 halvings``: where the training is or stopped."""
     t = row["training"]
     done, saved = t["epochs_done"], t.get("resume_at") or ""
