@@ -131,6 +131,28 @@ def test_a_row_whose_process_is_gone_is_stopped(tmp_path, monkeypatch):
         assert record.read(str(run_dir))["status"] == status
 
 
+def test_a_pages_copy_shows_the_row_as_it_was_when_paged(tmp_path):
+    """A page written while a row trained keeps "training" for that row after its process is
+    gone (here, or on another machine that reads the committed copy); the row itself is stopped."""
+    from fairseq_noising.sweep import render
+
+    run_dir = write_row(tmp_path / "sweep" / "kn", log=LOG[:2])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = {"host": record.socket.gethostname(), "pid": child.pid}
+        proc["pid_start"] = record._start_time(child.pid)
+        record.write(str(run_dir), {"format": 2, "status": "training", "process": proc})
+        row = record.read(str(run_dir))
+        assert row["status"] == "training"
+        render._copy_rows([row], str(tmp_path / "page-rows"))
+    finally:
+        child.kill()
+        child.wait()
+    assert record.read(str(run_dir))["status"] == "stopped"
+    copy = record.read(str(tmp_path / "page-rows" / "kn"))
+    assert copy["status"] == "training" and copy["training"]["epochs"] == row["training"]["epochs"]
+
+
 def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_path, monkeypatch):
     """The halvings, the end of the protocol, the time budget and the training time live in
     checkpoint_last.pt; the callback keeps them in the record when the training returns, so a

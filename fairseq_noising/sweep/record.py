@@ -12,7 +12,8 @@ the one place that holds it:
   (``at_end``, for a row whose checkpoints are gone) and its evaluation (:mod:`.evaluate`).
 
 :func:`read` puts them together into a plain dict, the page's input (:mod:`.page`). A row
-recorded ``training`` whose process is gone shows as ``stopped``.
+recorded ``training`` whose process is gone shows as ``stopped``; a page's copy of a row shows it
+as it was when paged.
 """
 
 import datetime
@@ -201,7 +202,8 @@ def read(run_dir: str) -> Optional[Dict]:
     # the row (a page's records)
     said = (rec or {}).get("at_end") or (rec or {}).get("as_paged")
     row["training"] = progress.training(run_dir, cfg, said)
-    if row["status"] == "training" and alive(row.get("process")) is False:
+    paged = (rec or {}).get("as_paged")  # a page's copy: the row as it was when paged
+    if row["status"] == "training" and not paged and alive(row.get("process")) is False:
         row["status"] = "stopped"
     return row
 

@@ -25,7 +25,8 @@ ROW_FILES += tuple(f".hydra/{n}.yaml" for n in ("config", "hydra", "overrides"))
 
 def _copy_rows(rows: List[Dict], rows_dir: str) -> None:
     """Each row's files (:data:`ROW_FILES`, no checkpoint) into ``rows_dir/NAME``, replaced as a
-    whole; the copied record keeps what the row's checkpoint_last.pt says now (``as_paged``)."""
+    whole; the copied record keeps what the row's checkpoint_last.pt and its process say now
+    (``as_paged``, ``status``): read back elsewhere or later, it shows the row as paged."""
     fresh = rows_dir + f".{os.getpid()}.part"
     shutil.rmtree(fresh, ignore_errors=True)
     for row in rows:
@@ -38,6 +39,7 @@ def _copy_rows(rows: List[Dict], rows_dir: str) -> None:
         rec = record.read_record(copy) if os.path.isdir(copy) else None
         if rec is not None and row.get("training"):
             rec["as_paged"] = {k: row["training"][k] for k in progress.AT_END}
+            rec["status"] = row["status"]
             record.write(copy, rec)
     os.makedirs(fresh, exist_ok=True)
     old = rows_dir + f".{os.getpid()}.old"
