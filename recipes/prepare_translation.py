@@ -24,9 +24,10 @@ taken for a finished one):
     alone); ``auto`` (default) is moses when sacremoses is importable. The tokenizers and their
     detokenizers (used before BLEU) are :mod:`fairseq_noising.sweep.bleu`.
 
-``spm-dir --indir D --outdir O --src en --tgt de --vocab-size N [--joint]``
-    SentencePiece (unigram) models trained on the training side of each language (or one joint
-    model on both, ``--joint``), ``spm.<lang>.model`` (``spm.joint.model``) beside the encoded files.
+``spm-dir --indir D --outdir O --src en --tgt de --vocab-size N [--joint] [--model-type bpe]``
+    SentencePiece (unigram, or BPE) models trained on the training side of each language (or one
+    joint model on both, ``--joint``), ``spm.<lang>.model`` (``spm.joint.model``) beside the
+    encoded files, and each model's pieces as a fairseq dictionary, ``dict.<lang>.txt``.
 """
 
 import argparse
@@ -38,6 +39,8 @@ import sys
 import tarfile
 import tempfile
 
+from fairseq_noising.subword import SubwordModel
+from fairseq_noising.subword.prepare import train_model
 from fairseq_noising.sweep.bleu import resolve_tokenizer, tokenize
 
 
@@ -185,25 +188,6 @@ def tokenize_file(inp, out, lang, tokenizer):
 # ---------------------------------------------------------------- sentencepiece
 
 
-def spm_train(inputs, prefix, vocab_size):
-    import sentencepiece as spm
-
-    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    spm.SentencePieceTrainer.train(
-        input=",".join(inputs),
-        model_prefix=prefix + ".part",
-        vocab_size=vocab_size,
-        character_coverage=1.0,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        input_sentence_size=2_000_000,
-        shuffle_input_sentence=True,
-        minloglevel=2,
-    )
-    for ext in ("model", "vocab"):
-        os.replace(f"{prefix}.part.{ext}", f"{prefix}.{ext}")
-
-
 def spm_encode(model, inp, out):
     import sentencepiece as spm
 
@@ -228,18 +212,18 @@ def tokenize_dir(indir, outdir, src, tgt, tokenizer):
         f.write(kind + "\n")
 
 
-def spm_dir(indir, outdir, src, tgt, vocab_size, joint):
+def spm_dir(indir, outdir, src, tgt, vocab_size, joint, model_type="unigram"):
     os.makedirs(outdir, exist_ok=True)
-    if joint:
-        prefix = os.path.join(outdir, "spm.joint")
-        spm_train([os.path.join(indir, f"train.{l}") for l in (src, tgt)], prefix, vocab_size)
-        models = {src: prefix + ".model", tgt: prefix + ".model"}
-    else:
-        models = {}
-        for lang in (src, tgt):
-            prefix = os.path.join(outdir, f"spm.{lang}")
-            spm_train([os.path.join(indir, f"train.{lang}")], prefix, vocab_size)
-            models[lang] = prefix + ".model"
+    models = {}
+    for lang in (src, tgt):
+        if joint and models:
+            models[lang] = models[src]
+        else:
+            inputs = [os.path.join(indir, f"train.{l}") for l in ((src, tgt) if joint else (lang,))]
+            prefix = os.path.join(outdir, "spm.joint" if joint else f"spm.{lang}")
+            models[lang] = train_model(inputs, prefix, vocab_size, model_type)
+        # every piece, so that any sampled segmentation has ids (fairseq-preprocess --srcdict)
+        SubwordModel(models[lang]).write_dictionary(os.path.join(outdir, f"dict.{lang}.txt"))
     for split in SPLITS:
         for lang in (src, tgt):
             spm_encode(
@@ -283,6 +267,7 @@ def main(argv=None):
     a.add_argument("--tgt", default="de")
     a.add_argument("--vocab-size", type=int, default=16000)
     a.add_argument("--joint", action="store_true")
+    a.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
     args = p.parse_args(argv)
 
     if args.cmd == "iwslt":
@@ -296,7 +281,15 @@ def main(argv=None):
     elif args.cmd == "tokenize-dir":
         tokenize_dir(args.indir, args.outdir, args.src, args.tgt, args.tokenizer)
     elif args.cmd == "spm-dir":
-        spm_dir(args.indir, args.outdir, args.src, args.tgt, args.vocab_size, args.joint)
+        spm_dir(
+            args.indir,
+            args.outdir,
+            args.src,
+            args.tgt,
+            args.vocab_size,
+            args.joint,
+            args.model_type,
+        )
     return 0
 
 
