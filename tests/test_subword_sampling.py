@@ -182,6 +182,18 @@ def test_every_sample_spells_the_same_text(models, kind, nbest):
     assert sum(not np.array_equal(a, b) for a, b in zip(out, batch)) > 50
 
 
+@pytest.mark.parametrize("kind, nbest", [("unigram", -1), ("unigram", 8), ("bpe", -1)])
+def test_a_sequence_cut_inside_a_word_keeps_its_text(models, kind, nbest):
+    """A language-model block may start and end inside a word, and <unk> may sit inside one."""
+    lines = corpus(100, seed=4)
+    batch = [ids_of(models, kind, line)[1:-2] for line in lines]  # first and last pieces cut
+    batch = [np.r_[b[:3], UNK, b[3:]] for b in batch]
+    out = sampler_of(models, kind, 0.4, nbest)(batch, np.arange(len(batch)), 1)
+    for got, ids in zip(out, batch):  # "<unk>" spelled out: it stays where it was
+        assert "".join(pieces_of(models, kind, got)) == "".join(pieces_of(models, kind, ids))
+    assert sum(not np.array_equal(a, b) for a, b in zip(out, batch)) > 30
+
+
 def samples(sampler, batch, ids, epoch):
     return {int(i): tuple(o) for i, o in zip(ids, sampler(batch, ids, epoch))}
 

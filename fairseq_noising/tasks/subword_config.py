@@ -97,10 +97,13 @@ def build_sampler(cfg, data_dir, dictionary, raw, side: int, lang: Optional[str]
     reserved = list(range(dictionary.nspecial)) + [dictionary.index(BLANK_SYMBOL)]
     tables = model.map_dictionary(dictionary.symbols, reserved, dictionary.unk(), dict_path)
     sampler = SubwordSampler(model, *tables, alpha=alpha, nbest=nbest, seed=cfg.seed, side=side)
-    types = sampler.prepare(*read_token_stream(raw))
     how = f"the {nbest} best of each sentence" if nbest >= 1 else "every segmentation"
     if model.model_type == BPE:
         how = "BPE-dropout"
+    elif nbest >= 1:  # sentencepiece lists a sentence's n best at each call: nothing to prepare
+        logger.info(f"subword sampling with {path} ({model.kind}, {how}), alpha={alpha}")
+        return sampler
+    types = sampler.prepare(*read_token_stream(raw))
     logger.info(
         f"subword sampling with {path} ({model.kind}, {how}), alpha={alpha}: "
         f"{types} word types of the training split prepared"
