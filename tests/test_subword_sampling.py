@@ -136,10 +136,14 @@ def test_unigram_sampling_of_a_sentence_is_its_words_sampled_alone(models):
 
 
 @pytest.mark.parametrize("nbest, alpha", [(4, 0.5), (12, 0.2)])
-def test_nbest_sampling_follows_the_sentences_nbest(models, nbest, alpha):
+@pytest.mark.parametrize("listed", [False, True], ids=["met-in-training", "listed-before"])
+def test_nbest_sampling_follows_the_sentences_nbest(models, nbest, alpha, listed):
     _, sp, _ = models["unigram"]
     distribution = nbest_distribution(["▁karito", "▁ladi"], vocabulary(sp), alpha, nbest)
     sampler = sampler_of(models, "unigram", alpha, nbest)
+    if listed:  # the n best of the split's sentences listed once, before training
+        ids = ids_of(models, "unigram", "karito ladi")
+        assert sampler.prepare(np.r_[ids, ids_of(models, "unigram", "mu se")], [len(ids), 3]) == 2
     counts = draw_many(models, "unigram", sampler, "karito ladi")
     assert_follows(counts, distribution, f"{nbest}-best, alpha {alpha}")
 

@@ -41,7 +41,7 @@ class BPEDropoutSampler:
         self.types: List[np.ndarray] = []
         self._flat = None
 
-    def add(self, words: List[str]) -> None:
+    def add(self, words: List[str], pieces=None) -> None:
         self.types.extend(
             np.array([self.chars.get(c, self.unk) for c in w], dtype=np.int64) for w in words
         )

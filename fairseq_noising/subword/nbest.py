@@ -1,15 +1,22 @@
 """Sampling a segment from its nbest best segmentations under a unigram model, as sentencepiece's
-``nbest_size >= 1`` does: sentencepiece lists them (one batched call), our generator picks one
-with p ∝ exp(alpha * score), the score being the sum of its pieces' log probabilities.
+``nbest_size >= 1`` does: sentencepiece lists them, our generator picks one with
+p ∝ exp(alpha * score), the score being the sum of its pieces' log probabilities.
+
+Listing is the cost (sentencepiece's NBestEncode, about 0.5 ms a sentence at 64): the lists of
+the training split's segments are made once (:meth:`NBestSampler.add`) and kept in flat arrays;
+a segment met later (a language-model block cut inside a sentence) is listed at each call.
 """
 
 from itertools import chain
+from typing import List
 
 import numpy as np
 
 from .flat import ranges
 from .model import NORMAL
 from .unigram import UNK_PENALTY
+
+CHUNK = 512  # segments listed per sentencepiece call: Python's lists of ids stay small
 
 
 class NBestSampler:
@@ -24,41 +31,69 @@ class NBestSampler:
         self.score = np.where(normal, model.scores, 0.0)  # as the lattice scores a node
         self.score[model.unk_id] = model.scores[normal].min() - UNK_PENALTY
         self.chars = np.array([len(p) for p in model.pieces], dtype=np.int64)
+        self.dtype = np.int16 if len(model.pieces) < 2**15 else np.int32
+        self.types = 0
+        self._chunks: List[tuple] = []
+        self._flat = None
 
-    def sample(self, pieces: np.ndarray, start: np.ndarray, length: np.ndarray, draw):
-        """Segment r is ``pieces[start[r]:start[r] + length[r]]`` (model ids): (r of each piece,
-        piece id), in order. A segment whose text does not encode back to as many characters
-        (an unknown character beside a space) keeps its pieces."""
-        count = start.size
-        texts = self.sp.decode([pieces[s : s + n].tolist() for s, n in zip(start, length)])
+    def _lists(self, strings: List[str], pieces: List[np.ndarray]):
+        """(cumulative probability of each candidate plus its segment's number, where each
+        candidate's pieces start, all pieces). A segment whose text does not encode back to as
+        many characters (an unknown character beside a space) has its own pieces alone."""
+        texts = [s.replace("\u2581", " ")[1:] for s in strings]  # each starts a word: "▁"
         nbests = [n or [[]] for n in self.sp.nbest_encode(texts, nbest_size=self.nbest)]
-        per_segment = np.fromiter(map(len, nbests), dtype=np.int64, count=count)
+        return self._table(nbests, pieces)
+
+    def _table(self, nbests, pieces):
+        count = np.fromiter(map(len, nbests), dtype=np.int64, count=len(nbests))
         candidates = list(chain.from_iterable(nbests))
         sizes = np.fromiter(map(len, candidates), dtype=np.int64, count=len(candidates))
         flat = np.fromiter(chain.from_iterable(candidates), dtype=np.int64, count=int(sizes.sum()))
-        owner_of_piece = np.repeat(np.arange(sizes.size), sizes)
-        score = np.bincount(owner_of_piece, self.score[flat], minlength=sizes.size)
-        chars = np.bincount(owner_of_piece, self.chars[flat], minlength=sizes.size)
-        owner = np.repeat(np.arange(count), per_segment)
-        first = np.cumsum(per_segment) - per_segment
-        own_pieces = self.chars[pieces[ranges(start, length)]]
-        own_chars = np.bincount(np.repeat(np.arange(count), length), own_pieces, count)
-        kept = chars[first] == own_chars
-        last = np.cumsum(per_segment) - 1
-
+        of_piece = np.repeat(np.arange(sizes.size), sizes)
+        first, last = np.cumsum(count) - count, np.cumsum(count) - 1
+        chars = np.bincount(of_piece, self.chars[flat], sizes.size)[first]
+        wrong = set(np.flatnonzero(chars != [self.chars[p].sum() for p in pieces]).tolist())
+        if wrong:
+            own = [[pieces[i].tolist()] if i in wrong else n for i, n in enumerate(nbests)]
+            return self._table(own, pieces)
+        score = np.bincount(of_piece, self.score[flat], sizes.size)
+        owner = np.repeat(np.arange(count.size), count)
         weight = np.exp(self.alpha * (score - np.maximum.reduceat(score, first)[owner]))
         total = np.cumsum(weight)
         cum = total - (total[first] - weight[first])[owner]
         key = owner + cum / cum[last][owner]
-        key[last] = np.arange(count) + 1.0
-        pick = np.searchsorted(key, np.arange(count) + draw(np.arange(count), 0), side="right")
+        key[last] = np.arange(count.size) + 1.0
+        return key, np.cumsum(sizes) - sizes, flat.astype(self.dtype)
 
-        sampled, own = np.flatnonzero(kept), np.flatnonzero(~kept)
-        picked = pick[sampled]
-        starts_of = np.cumsum(sizes) - sizes
-        rows = np.r_[np.repeat(sampled, sizes[picked]), np.repeat(own, length[own])]
-        values = np.r_[
-            flat[ranges(starts_of[picked], sizes[picked])], pieces[ranges(start[own], length[own])]
-        ]
-        order = np.argsort(rows, kind="stable")
-        return rows[order], values[order]
+    def add(self, strings: List[str], pieces: List[np.ndarray]) -> None:
+        for at in range(0, len(strings), CHUNK):
+            key, starts, flat = self._lists(strings[at : at + CHUNK], pieces[at : at + CHUNK])
+            self._chunks.append((key + self.types, starts, flat))
+            self.types += len(strings[at : at + CHUNK])
+        self._flat = None
+
+    @staticmethod
+    def _pick(lists, types: np.ndarray, draw):
+        key, starts, flat = lists
+        pick = np.searchsorted(key, types + draw(np.arange(types.size), 0), side="right")
+        ends = np.r_[starts[1:], flat.size]
+        sizes = ends[pick] - starts[pick]
+        rows = np.repeat(np.arange(types.size), sizes)
+        return rows, flat[ranges(starts[pick], sizes)].astype(np.int64)
+
+    def sample(self, types: np.ndarray, draw):
+        """One segmentation per listed segment ``types[r]``: (r of each piece, piece id)."""
+        if not types.size:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if self._flat is None:
+            shift = np.cumsum([0] + [c[2].size for c in self._chunks[:-1]])
+            self._flat = tuple(
+                np.concatenate(parts)
+                for parts in zip(*((k, s + d, f) for (k, s, f), d in zip(self._chunks, shift)))
+            )
+            self._chunks = [self._flat]
+        return self._pick(self._flat, types, draw)
+
+    def sample_new(self, strings: List[str], pieces: List[np.ndarray], draw):
+        """The same for segments that were not listed before (listed now, not kept)."""
+        return self._pick(self._lists(strings, pieces), np.arange(len(strings)), draw)

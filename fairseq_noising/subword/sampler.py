@@ -43,8 +43,9 @@ class SubwordSampler:
         else:
             self.method = NBestSampler(model, alpha, nbest)
         self.seed, self.side = int(seed), SIDE_OFFSET + int(side)
-        self.keys = np.zeros(0, dtype=np.uint64)  # sorted word keys, and the type of each
+        self.keys = np.zeros(0, dtype=np.uint64)  # sorted unit keys, and the type of each
         self.key_types = np.zeros(0, dtype=np.int64)
+        self.count = 0
 
     def _units(self, flat: np.ndarray, lengths: np.ndarray):
         """Where each unit starts, its length, and whether it is resampled. Segments (``nbest``)
@@ -65,39 +66,41 @@ class SubwordSampler:
         resampled = ok[start] & (self.by_word | word_start[start])
         return start, np.diff(np.r_[start, flat.size]), resampled
 
-    def _word_types(self, flat, start, length, words) -> np.ndarray:
-        """The type of each word (units ``words``), adding the types not seen before."""
+    def _types(self, flat, start, length, units, add=True):
+        """The type of each unit of ``units`` (-1: not seen before), adding the unseen ones
+        first when ``add``; their strings and model ids too."""
         within = (np.arange(flat.size) - np.repeat(start, length)).astype(np.uint64)
         with np.errstate(over="ignore"):
             per_token = _mix(flat.astype(np.uint64) * _K1 + within * _K2)
-            keys = _mix(np.add.reduceat(per_token, start)[words] ^ length[words].astype(np.uint64))
+            keys = _mix(np.add.reduceat(per_token, start)[units] ^ length[units].astype(np.uint64))
         where = np.minimum(np.searchsorted(self.keys, keys), max(self.keys.size - 1, 0))
         seen = self.keys[where] == keys if self.keys.size else np.zeros(keys.size, dtype=bool)
-        if not seen.all():
-            new, first = np.unique(keys[~seen], return_index=True)
-            units = words[np.flatnonzero(~seen)[first]]
-            self.method.add(
-                [
-                    "".join(self.strings[t] for t in flat[s : s + n])
-                    for s, n in zip(start[units], length[units])
-                ]
-            )
-            types = np.arange(len(self.method.types) - new.size, len(self.method.types))
-            keys_all = np.concatenate([self.keys, new])
+        new_keys, first = np.unique(keys[~seen], return_index=True)
+        new = units[np.flatnonzero(~seen)[first]] if add else units[~seen]
+        pieces = [self.to_piece[flat[s : s + n]] for s, n in zip(start[new], length[new])]
+        strings = [
+            "".join(self.strings[t] for t in flat[s : s + n])
+            for s, n in zip(start[new], length[new])
+        ]
+        if add and new.size:
+            self.method.add(strings, pieces)
+            keys_all = np.concatenate([self.keys, new_keys])
             order = np.argsort(keys_all, kind="stable")
             self.keys = keys_all[order]
+            types = np.arange(self.count, self.count + new.size)
             self.key_types = np.concatenate([self.key_types, types])[order]
-            where = np.searchsorted(self.keys, keys)
-        return self.key_types[where]
+            self.count += new.size
+            where, seen = np.searchsorted(self.keys, keys), np.ones(keys.size, dtype=bool)
+        return np.where(seen, self.key_types[where] if self.keys.size else -1, -1), strings, pieces
 
     def prepare(self, tokens: np.ndarray, sizes: np.ndarray) -> int:
-        """Adds the word types of a whole split (``tokens``, cut into ``sizes``) at once, so that
-        the calls during training find every word; the number of types."""
+        """Adds the units of a whole split (``tokens``, cut into ``sizes``) at once, so that the
+        calls during training find every one; the number of types."""
         flat, sizes = np.asarray(tokens, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
-        if flat.size and self.by_word:
-            start, length, is_word = self._units(flat, sizes)
-            self._word_types(flat, start, length, np.flatnonzero(is_word))
-        return len(getattr(self.method, "types", ()))
+        if flat.size:
+            start, length, is_unit = self._units(flat, sizes)
+            self._types(flat, start, length, np.flatnonzero(is_unit))
+        return self.count
 
     def __call__(self, sequences: Sequence, ids: Sequence[int], epoch: int) -> List[np.ndarray]:
         """The resampled copy of each sequence of dictionary ids (example ``ids[i]``)."""
@@ -118,11 +121,15 @@ class SubwordSampler:
             hashes = position_hashes(self.seed, epoch, example[rows], where, self.side)[:, 0]
             return (hashes >> np.uint64(11)) * (1.0 / 2.0**53)
 
-        if self.by_word:
-            rows, pieces = self.method.sample(self._word_types(flat, start, length, words), draw)
-        else:
-            segment_pieces = self.to_piece[flat]
-            rows, pieces = self.method.sample(segment_pieces, start[words], length[words], draw)
+        # word types grow as words come; the n best are listed at once for a split (prepare)
+        types, strings, new_pieces = self._types(flat, start, length, words, add=self.by_word)
+        known = np.flatnonzero(types >= 0)
+        rows, pieces = self.method.sample(types[known], lambda r, local: draw(known[r], local))
+        rows = known[rows]
+        if known.size < types.size:  # segments not listed before: listed for this call alone
+            new = np.flatnonzero(types < 0)
+            more = self.method.sample_new(strings, new_pieces, lambda r, local: draw(new[r], local))
+            rows, pieces = np.r_[rows, new[more[0]]], np.r_[pieces, more[1]]
         fixed = np.flatnonzero(~is_word)
         owner = np.concatenate([words[rows], np.repeat(fixed, length[fixed])])
         tokens = np.concatenate([self.to_dict[pieces], flat[ranges(start[fixed], length[fixed])]])

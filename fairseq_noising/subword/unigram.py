@@ -41,7 +41,7 @@ class UnigramSampler:
                 arcs.append((i + 1, i, *self.unk))
         return sorted(arcs)
 
-    def add(self, words: List[str]) -> None:
+    def add(self, words: List[str], pieces=None) -> None:
         self.types.extend(self._lattice(w) for w in words)
         self._flat = None
 

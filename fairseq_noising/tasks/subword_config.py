@@ -81,8 +81,8 @@ def model_path(cfg, data_dir: str, lang: Optional[str] = None) -> str:
 
 
 def build_sampler(cfg, data_dir, dictionary, raw, side: int, lang: Optional[str] = None):
-    """A :class:`SubwordSampler` for one side, checked against its dictionary, holding the word
-    types of its training split ``raw``."""
+    """A :class:`SubwordSampler` for one side, checked against its dictionary, holding what it
+    needs of its training split ``raw`` (word lattices, or the n best of each sentence)."""
     path = model_path(cfg, data_dir, lang)
     model = SubwordModel(path)
     alpha, nbest = float(cfg.subword_sampling_alpha), int(cfg.subword_sampling_nbest)
@@ -98,14 +98,11 @@ def build_sampler(cfg, data_dir, dictionary, raw, side: int, lang: Optional[str]
     tables = model.map_dictionary(dictionary.symbols, reserved, dictionary.unk(), dict_path)
     sampler = SubwordSampler(model, *tables, alpha=alpha, nbest=nbest, seed=cfg.seed, side=side)
     how = f"the {nbest} best of each sentence" if nbest >= 1 else "every segmentation"
-    if model.model_type == BPE:
-        how = "BPE-dropout"
-    elif nbest >= 1:  # sentencepiece lists a sentence's n best at each call: nothing to prepare
-        logger.info(f"subword sampling with {path} ({model.kind}, {how}), alpha={alpha}")
-        return sampler
-    types = sampler.prepare(*read_token_stream(raw))
+    how = "BPE-dropout" if model.model_type == BPE else how
+    units = "sentences (runs of words)" if nbest >= 1 and model.model_type != BPE else "words"
+    count = sampler.prepare(*read_token_stream(raw))
     logger.info(
-        f"subword sampling with {path} ({model.kind}, {how}), alpha={alpha}: "
-        f"{types} word types of the training split prepared"
+        f"subword sampling with {path} ({model.kind}, {how}), alpha={alpha}: the training "
+        f"split's {count} distinct {units} prepared"
     )
     return sampler
