@@ -47,6 +47,13 @@ class BPEDropoutSampler:
         )
         self._flat = None
 
+    def ready(self) -> None:
+        """The flat arrays, made now (before data-loader workers fork) rather than at a call."""
+        if self._flat is None:
+            sizes = np.array([t.size for t in self.types], dtype=np.int64)
+            chars = np.concatenate(self.types) if self.types else np.zeros(0, dtype=np.int64)
+            self._flat = (np.r_[0, np.cumsum(sizes)], chars, sizes)
+
     def _lookup(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """Where the merge of each pair of symbols is listed; ``none`` where their
         concatenation is no piece (its rank is inf)."""
@@ -58,9 +65,7 @@ class BPEDropoutSampler:
     def sample(self, types: np.ndarray, draw: Callable):
         """One segmentation per word of type ``types[r]``: (r of each piece, piece id), in order.
         ``draw(rows, counters)`` gives a uniform per row for a counter below 2**32."""
-        if self._flat is None:
-            sizes = np.array([t.size for t in self.types])
-            self._flat = (np.r_[0, np.cumsum(sizes)], np.concatenate(self.types), sizes)
+        self.ready()
         ptr, chars, sizes = self._flat
         size = sizes[types]
         out = np.full((types.size, int(size.max(initial=1)) + 2), -1, dtype=np.int64)

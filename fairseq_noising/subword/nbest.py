@@ -37,8 +37,8 @@ class NBestSampler:
         self._flat = None
 
     def _lists(self, strings: List[str], pieces: List[np.ndarray]):
-        """(cumulative probability of each candidate plus its segment's number, where each
-        candidate's pieces start, all pieces). A segment whose text does not encode back to as
+        """(cumulative probability of each candidate plus its segment's number, the number of
+        each candidate's pieces, all pieces). A segment whose text does not encode back to as
         many characters (an unknown character beside a space) has its own pieces alone."""
         texts = [s.replace("\u2581", " ")[1:] for s in strings]  # each starts a word: "▁"
         nbests = [n or [[]] for n in self.sp.nbest_encode(texts, nbest_size=self.nbest)]
@@ -63,37 +63,38 @@ class NBestSampler:
         cum = total - (total[first] - weight[first])[owner]
         key = owner + cum / cum[last][owner]
         key[last] = np.arange(count.size) + 1.0
-        return key, np.cumsum(sizes) - sizes, flat.astype(self.dtype)
+        return key, sizes, flat.astype(self.dtype)
 
     def add(self, strings: List[str], pieces: List[np.ndarray]) -> None:
         for at in range(0, len(strings), CHUNK):
-            key, starts, flat = self._lists(strings[at : at + CHUNK], pieces[at : at + CHUNK])
-            self._chunks.append((key + self.types, starts, flat))
+            key, sizes, flat = self._lists(strings[at : at + CHUNK], pieces[at : at + CHUNK])
+            self._chunks.append((key + self.types, sizes, flat))
             self.types += len(strings[at : at + CHUNK])
         self._flat = None
 
+    def ready(self) -> None:
+        """The flat arrays, made now (before data-loader workers fork) rather than at a call."""
+        if self._flat is None and self._chunks:
+            key, sizes, flat = (np.concatenate(parts) for parts in zip(*self._chunks))
+            self._chunks = [(key, sizes, flat)]
+            self._flat = key, np.r_[0, np.cumsum(sizes)], flat
+
     @staticmethod
-    def _pick(lists, types: np.ndarray, draw):
-        key, starts, flat = lists
+    def _pick(key, ptr, flat, types: np.ndarray, draw):
+        """``ptr[c]``: where candidate c's pieces start in ``flat`` (and ``ptr[-1]``, the end)."""
         pick = np.searchsorted(key, types + draw(np.arange(types.size), 0), side="right")
-        ends = np.r_[starts[1:], flat.size]
-        sizes = ends[pick] - starts[pick]
+        sizes = ptr[pick + 1] - ptr[pick]
         rows = np.repeat(np.arange(types.size), sizes)
-        return rows, flat[ranges(starts[pick], sizes)].astype(np.int64)
+        return rows, flat[ranges(ptr[pick], sizes)].astype(np.int64)
 
     def sample(self, types: np.ndarray, draw):
         """One segmentation per listed segment ``types[r]``: (r of each piece, piece id)."""
         if not types.size:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        if self._flat is None:
-            shift = np.cumsum([0] + [c[2].size for c in self._chunks[:-1]])
-            self._flat = tuple(
-                np.concatenate(parts)
-                for parts in zip(*((k, s + d, f) for (k, s, f), d in zip(self._chunks, shift)))
-            )
-            self._chunks = [self._flat]
-        return self._pick(self._flat, types, draw)
+        self.ready()
+        return self._pick(*self._flat, types, draw)
 
     def sample_new(self, strings: List[str], pieces: List[np.ndarray], draw):
         """The same for segments that were not listed before (listed now, not kept)."""
-        return self._pick(self._lists(strings, pieces), np.arange(len(strings)), draw)
+        key, sizes, flat = self._lists(strings, pieces)
+        return self._pick(key, np.r_[0, np.cumsum(sizes)], flat, np.arange(len(strings)), draw)

@@ -100,6 +100,7 @@ class SubwordSampler:
         if flat.size:
             start, length, is_unit = self._units(flat, sizes)
             self._types(flat, start, length, np.flatnonzero(is_unit))
+        self.method.ready()
         return self.count
 
     def __call__(self, sequences: Sequence, ids: Sequence[int], epoch: int) -> List[np.ndarray]:

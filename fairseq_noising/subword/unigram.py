@@ -66,6 +66,11 @@ class UnigramSampler:
         starts = np.array([a[1] for a in arcs])
         return len(word) + 1, ends, starts, np.array([a[2] for a in arcs]), cum
 
+    def ready(self) -> None:
+        """The flat arrays, made now (before data-loader workers fork) rather than at a call."""
+        if self._flat is None:
+            self._flat = self._flatten()
+
     def _flatten(self):
         """Every type's arcs in flat arrays; an arc's cumulative probability is stored plus its
         end node's global number, so that one searchsorted draws the arcs of every word."""
@@ -82,8 +87,7 @@ class UnigramSampler:
     def sample(self, types: np.ndarray, draw: Callable):
         """One segmentation per word of type ``types[r]``: (r of each piece, piece id), in order.
         ``draw(rows, counters)`` gives a uniform per row for a counter below 2**32."""
-        if self._flat is None:
-            self._flat = self._flatten()
+        self.ready()
         key, starts, pieces, offset, length = self._flat
         node = offset[types] + length[types]
         first = offset[types]
