@@ -30,8 +30,9 @@ _S30, _S27, _S31, _S32 = (np.uint64(s) for s in (30, 27, 31, 32))
 _LOW32 = np.uint64(0xFFFFFFFF)
 _TWO32 = float(1 << 32)
 
-# each side of a translation pair hashes with its own key, so their noise is independent
-SIDE_KEYS = (0x5EED0000, 0x5EED0001)
+# each side of a translation pair hashes with its own key, so their noise is independent; keys 2
+# and 3 are the subword sampling of sides 0 and 1 (fairseq_noising.subword.sampler)
+SIDE_KEYS = (0x5EED0000, 0x5EED0001, 0x5EED0002, 0x5EED0003)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

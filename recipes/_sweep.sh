@@ -52,19 +52,26 @@ ptb_data() {
 # translation_data RAW: the translation recipes' segmentation and binarization of RAW/{train,valid,
 # test}.{en,de} into WORK/data-bin (skipped when done): Moses words (the NWORDS most frequent per
 # language, default 50000), or with SPM=1 sentencepiece pieces (SPM_VOCAB, default 16000; one joint
-# model with SPM_JOINT=1). Sets DATA_OVERRIDES: the data and the references BLEU is scored against.
+# model with SPM_JOINT=1; SPM_TYPE=bpe for BPE) with each model's pieces as the dictionary and the
+# models beside the data (what --subword-sampling-alpha reads). Sets DATA_OVERRIDES: the data and
+# the references BLEU is scored against.
 translation_data() {
   local raw=$1 seg=$WORK/tok vocab=(--nwordssrc "${NWORDS:-50000}" --nwordstgt "${NWORDS:-50000}")
   local prepare=(tokenize-dir --tokenizer moses)
   DATA_OVERRIDES=("task.data=$WORK/data-bin" "hydra.callbacks.row.reference=$raw/test.de")
   if [ "${SPM:-0}" = 1 ]; then
-    seg=$WORK/spm prepare=(spm-dir --vocab-size "${SPM_VOCAB:-16000}") vocab=()
-    if [ "${SPM_JOINT:-0}" = 1 ]; then prepare+=(--joint) vocab=(--joined-dictionary); fi
+    seg=$WORK/spm prepare=(spm-dir --vocab-size "${SPM_VOCAB:-16000}" --model-type "${SPM_TYPE:-unigram}")
+    vocab=(--srcdict "$seg/dict.en.txt" --tgtdict "$seg/dict.de.txt")
+    if [ "${SPM_JOINT:-0}" = 1 ]; then prepare+=(--joint) vocab=(--joined-dictionary --srcdict "$seg/dict.en.txt"); fi
     DATA_OVERRIDES+=(hydra.callbacks.row.tokenizer=none "hydra.callbacks.row.generate_args=[--post-process,sentencepiece]")
+    if [ -f "$WORK/data-bin/dict.de.txt" ] && ! compgen -G "$WORK/data-bin/spm.*.model" > /dev/null; then
+      die "$WORK/data-bin holds data binarized without SPM=1's models: set WORK to another folder"
+    fi
   else
     DATA_OVERRIDES+=("hydra.callbacks.row.tok_reference=$seg/test.de")
   fi
   [ -f "$seg/test.de" ] || "$BIN/python" recipes/prepare_translation.py "${prepare[@]}" --indir "$raw" --outdir "$seg" --src en --tgt de
   [ -f "$WORK/data-bin/dict.de.txt" ] || "$BIN/fairseq-preprocess" --source-lang en --target-lang de --trainpref "$seg/train" \
     --validpref "$seg/valid" --testpref "$seg/test" "${vocab[@]}" --destdir "$WORK/data-bin" --workers 2
+  if [ "${SPM:-0}" = 1 ]; then cp "$seg"/spm.*.model "$WORK/data-bin/"; fi
 }

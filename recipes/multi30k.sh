@@ -33,4 +33,4 @@ fi
 translation_data "$WORK/raw"
 
 # 3. the table: every row trains, evaluates itself and rewrites the page
-sweep "$CONFIG" "$WORK/$CONFIG" "${RESULTS_DIR:-results}/${CONFIG/_/-}.md" "${DATA_OVERRIDES[@]}" "$@"
+sweep "$CONFIG" "$WORK/$CONFIG" "${RESULTS_DIR:-results}/${CONFIG//_/-}.md" "${DATA_OVERRIDES[@]}" "$@"

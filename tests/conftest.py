@@ -19,6 +19,7 @@ import data_cache
 import pytest
 
 from fairseq_noising.data_prep import ptb as prepare_ptb
+from fairseq_noising.data_prep.subwords import spm_dir, train_model
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
@@ -176,6 +177,26 @@ def binarize_translation(dest: Path, train_lines=None, valid_lines=None) -> Path
     )
 
 
+def binarize_translation_spm(dest: Path, train_lines, valid_lines, vocab_size) -> Path:
+    """The first Multi30k pairs segmented as the recipes' SPM=1 does: a unigram sentencepiece
+    model per language (``prepare_translation.py spm-dir``), binarized with each model's
+    pieces as the dictionary, the models beside the data (``spm.en.model``, ``spm.de.model``);
+    ``dest/bpe.en.model`` is a BPE model of the same English text."""
+    import shutil
+
+    binarize_translation(dest / "words", train_lines, valid_lines)  # the raw slices, in words/raw
+    raw, spm = dest / "words" / "raw", dest / "spm"
+    spm_dir(str(raw), str(spm), "en", "de", vocab_size, False)
+    train_model([str(raw / "train.en")], str(dest / "bpe.en"), vocab_size, "bpe")
+    flags = ["--source-lang", "en", "--target-lang", "de", "--srcdict", spm / "dict.en.txt"]
+    flags += ["--tgtdict", spm / "dict.de.txt", "--trainpref", spm / "train"]
+    flags += ["--validpref", spm / "valid", "--testpref", spm / "test", "--destdir", dest / "bin"]
+    bin_dir = fairseq_preprocess(*flags)
+    for lang in ("en", "de"):
+        shutil.copy(spm / f"spm.{lang}.model", bin_dir / f"spm.{lang}.model")
+    return bin_dir
+
+
 # The PTB slices of the tests, each binarized once per session (ptb_tiny_bin, ptb_small_bin,
 # ptb_bin): the first lines of train, valid and test, None for all of them. Tests that count
 # tokens or lines of a slice read its numbers here.
@@ -216,6 +237,14 @@ def ptb_bin(tmp_path_factory) -> Path:
 def multi30k_small_bin(tmp_path_factory) -> Path:
     """The first 2000 Multi30k En-De training pairs (and 200 of valid and test), binarized."""
     return binarize_translation(tmp_path_factory.mktemp("m30k_small"), 2000, 200)
+
+
+@pytest.fixture(scope="session")
+def multi30k_spm_bin(tmp_path_factory) -> Path:
+    """The first 400 Multi30k pairs (and 50 of valid and test) on 500-piece unigram models,
+    binarized as SPM=1 binarizes them (raw text in the folder's sibling words/raw, the word-level
+    binarization in words/bin, a BPE model at ../bpe.en.model)."""
+    return binarize_translation_spm(tmp_path_factory.mktemp("m30k_spm"), 400, 50, 500)
 
 
 def build_task(argv):

@@ -126,6 +126,27 @@ def lm_mismatched_dict(scheme):
     return make
 
 
+def m30k_spm(request):
+    return request.getfixturevalue("multi30k_spm_bin")
+
+
+def mt_spm(tmp, request, *flags):
+    return mt(m30k_spm(request), "--subword-sampling-alpha", "0.1", *flags)
+
+
+def mt_spm_without_models(tmp, request):
+    names = ["dict.en.txt", "dict.de.txt"] + mt_files("train", "valid")
+    return mt(copy_files(m30k_spm(request), tmp / "data", names), "--subword-sampling-alpha", "0.1")
+
+
+def mt_words_sampled(tmp, request):
+    """Word-level data (binarized without sentencepiece) and a sentencepiece model."""
+    model = m30k_spm(request) / "spm.en.model"
+    words = m30k_spm(request).parent / "words" / "bin"
+    flags = ["--subword-model", model, "--subword-sampling-side", "source"]
+    return mt(words, "--subword-sampling-alpha", "0.1", *flags)
+
+
 # (case id, make data and arguments, substrings the last line of stderr must hold; "{data}" is
 # replaced by the data path)
 CASES = [
@@ -166,6 +187,55 @@ CASES = [
         "lm-dict-mismatch-none",
         lm_mismatched_dict("none"),
         ["{data}/", ".bin", "dict", "do not match"],
+    ),
+    (
+        "mt-subword-no-model",
+        mt_spm_without_models,
+        ["--subword-sampling-alpha", "{data}/spm.en.model", "--subword-model"],
+    ),
+    (
+        "mt-subword-model-missing",
+        lambda t, r: mt_spm(t, r, "--subword-model", "/nonexistent/spm.model"),
+        ["--subword-model", "/nonexistent/spm.model", "does not exist"],
+    ),
+    (
+        "mt-subword-dict-not-the-models",
+        lambda t, r: mt_spm(t, r, "--subword-model", m30k_spm(r) / "spm.de.model"),
+        ["{data}/dict.en.txt", "is not the dictionary of", "spm.de.model"],
+    ),
+    (
+        "mt-subword-data-binarized-without-sentencepiece",
+        mt_words_sampled,
+        ["{data}/dict.en.txt", "no sentencepiece pieces", "spm.en.model"],
+    ),
+    (
+        "mt-subword-alpha-negative",
+        lambda t, r: mt(m30k_spm(r), "--subword-sampling-alpha=-0.1"),
+        ["--subword-sampling-alpha", ">= 0", "-0.1"],
+    ),
+    (
+        "mt-subword-bpe-alpha-above-1",
+        lambda t, r: mt_spm(
+            t,
+            r,
+            "--subword-model",
+            m30k_spm(r).parent / "bpe.en.model",
+            "--subword-sampling-side",
+            "source",
+            "--subword-sampling-alpha",
+            "1.5",
+        ),
+        ["--subword-sampling-alpha", "BPE", "bpe.en.model", "[0, 1]", "1.5"],
+    ),
+    (
+        "mt-subword-nbest-0",
+        lambda t, r: mt_spm(t, r, "--subword-sampling-nbest", "0"),
+        ["--subword-sampling-nbest", "-1", ">= 1", "got 0"],
+    ),
+    (
+        "lm-subword-stateful-bptt",
+        lambda t, r: lm_args(t, r, "--subword-sampling-alpha", "0.1", "--stateful-bptt"),
+        ["--subword-sampling-alpha", "--stateful-bptt"],
     ),
 ]
 

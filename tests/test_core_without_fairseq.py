@@ -65,6 +65,29 @@ def test_analysis_imports_without_fairseq():
     assert "OK []" in out
 
 
+def test_subword_sampling_imports_with_numpy_and_sentencepiece_alone(tmp_path):
+    out = _run(
+        {"fairseq", "torch", "omegaconf", "hydra"},
+        f"""
+        import numpy as np
+        import sentencepiece as spm
+        from fairseq_noising.subword import SubwordModel, SubwordSampler
+        text = {str(tmp_path / "text.txt")!r}
+        open(text, "w").write("\\n".join(["a low lower lowest newer newest"] * 50))
+        spm.SentencePieceTrainer.train(input=text, model_prefix=text[:-4], vocab_size=25,
+                                       hard_vocab_limit=False, minloglevel=2)
+        model = SubwordModel(text[:-4] + ".model")
+        symbols = ["<s>", "<pad>", "</s>", "<unk>"] + model.dictionary_symbols()
+        tables = model.map_dictionary(symbols, [0, 1, 2, 3], 3, "dict.txt")
+        sampler = SubwordSampler(model, *tables, alpha=0.5)
+        out = sampler([np.arange(4, 12)], [0], epoch=1)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("fairseq", "torch"))
+        print("LOADED", loaded, len(out))
+        """,
+    )
+    assert "LOADED [] 1" in out
+
+
 def test_readme_plain_pytorch_example_runs_without_fairseq():
     """The README's snippet runs as printed, fairseq unimportable, and noises at kn's rates.
 

@@ -550,6 +550,17 @@ def test_ending(status, stop, expected):
         ({"noise_scheme": "kn", "noise_side": "both"}, "kn"),
         ({"noise_scheme": "kn", "noise_side": "source"}, "kn:source"),
         ({"noise_scheme": "unigram", "noise_side": "target"}, "unigram:target"),
+        ({"noise_scheme": "none", "subword_sampling_alpha": 0}, "none"),
+        ({"noise_scheme": "none", "subword_sampling_alpha": 0.1}, "none+sw0.1"),
+        (
+            {"noise_scheme": "kn", "subword_sampling_alpha": 0.1, "subword_sampling_nbest": 64},
+            "kn+sw0.1/64",
+        ),
+        (
+            {"noise_scheme": "kn", "noise_side": "source", "subword_sampling_alpha": 0.2}
+            | {"subword_sampling_side": "target", "subword_sampling_nbest": -1},
+            "kn:source+sw0.2:target",
+        ),
     ],
 )
 def test_row_key(task, key):
@@ -673,3 +684,20 @@ def test_a_difference_to_none_is_read_against_both_spreads(sweep_of, test1, test
     ]
     over = md_tables(sweep_of(rows).text)[1]
     assert cells(over, "bigram Kneser-Ney") == expected
+
+
+def test_rows_with_subword_sampling_have_their_own_label_after_the_row_without():
+    from fairseq_noising.sweep.paper import row_label, row_order
+
+    keys = ["none+sw0.1/64", "kn", "none", "kn:source+sw0.2:target", "kn:source"]
+    assert sorted(keys, key=row_order) == [
+        "none",
+        "none+sw0.1/64",
+        "kn",
+        "kn:source",
+        "kn:source+sw0.2:target",
+    ]
+    assert row_label("none+sw0.1/64") == "none, subword sampling alpha 0.1 (64-best)"
+    assert row_label("kn:source+sw0.2:target") == (
+        "bigram Kneser-Ney, source only, subword sampling alpha 0.2 on the target only"
+    )

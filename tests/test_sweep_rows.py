@@ -504,7 +504,9 @@ def test_where_a_row_is_names_a_save_inside_an_epoch_no_progress_record_reached(
     # record of it (every 100 updates): the checkpoint says where it is
     t = {"epochs_done": 0.0, "resume_at": "update 30 inside epoch 1", "lr": 1.0}
     t.update(halvings=0, max_halvings=8)
-    assert record.position_words({"training": t}) == "update 30 inside epoch 1, lr 1, 0 of 8 halvings"
+    assert (
+        record.position_words({"training": t}) == "update 30 inside epoch 1, lr 1, 0 of 8 halvings"
+    )
     t.update(epochs_done=3.0, resume_at="the end of epoch 3")
     assert record.position_words({"training": t}) == "after epoch 3, lr 1, 0 of 8 halvings"
 

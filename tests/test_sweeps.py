@@ -45,6 +45,7 @@ TABLE_MODELS = {
     "iwslt15": ("noising_lstm_iwslt_en_de", PAPER_SIZES["noising_lstm_iwslt_en_de"]),
     "multi30k": ("noising_lstm_iwslt_en_de", PAPER_SIZES["noising_lstm_iwslt_en_de"]),
     "multi30k_cpu": ("noising_lstm_iwslt_en_de", (256, 2, 0.2)),  # a CPU budget: 256 units
+    "multi30k_spm_cpu": ("noising_lstm_iwslt_en_de", (256, 2, 0.2)),
 }
 
 
@@ -179,7 +180,14 @@ TABLE_ROWS = {
     "multi30k_cpu": [("none", "both", 0)]
     + [("kn", side, 0.2) for side in ("both", "source", "target")],
     "multi30k_transformer": [("none", "both", 0), ("kn", "both", 0.1), ("kn", "both", 0.2)],
+    # subword sampling's alpha ends a row that samples
+    "multi30k_spm_cpu": [("none", "both", 0), ("none", "both", 0, 0.1)],
 }
+
+
+def _sampling(task) -> tuple:
+    alpha = task.get("subword_sampling_alpha")
+    return (alpha,) if alpha else ()
 
 
 def sweep_jobs(config_name, *overrides):
@@ -202,8 +210,8 @@ def row_of(config_name, job):
     """The row a job trains, read from the config Hydra composes for it."""
     task = compose(config_name, *job).task
     if "noise_side" in task:
-        return (task.noise_scheme, task.noise_side, task.noise_gamma)
-    return (task.noise_scheme, task.noise_gamma)
+        return (task.noise_scheme, task.noise_side, task.noise_gamma) + _sampling(task)
+    return (task.noise_scheme, task.noise_gamma) + _sampling(task)
 
 
 @pytest.mark.parametrize("config_name", sorted(TABLE_ROWS))
@@ -219,6 +227,7 @@ def test_every_table_config_sweeps_exactly_its_rows(config_name):
         fields = row.value()
         rows.append(
             tuple(fields[k] for k in ("noise_scheme", "noise_side", "noise_gamma") if k in fields)
+            + _sampling(fields)
         )
     assert rows == TABLE_ROWS[config_name]
     # what a job's override gives is the row itself: the first and last, composed

@@ -7,11 +7,13 @@
   ``net_input.prev_output_tokens[:, k]`` (context) with ``target[:, k]``. The leading end of
   sentence of ``prev_output_tokens`` is special and never noised.
 
-The functions return a new batch (the input batch is not modified) and the noise details.
+The noising functions return a new batch (the input batch is not modified) and the noise
+details. Subword sampling (:func:`resample_samples`) works on the examples before collation.
 """
 
 from typing import Dict, Optional
 
+import numpy as np
 import torch
 
 from ..noiser import NoisedTokens, Noiser, positions_in_example
@@ -30,9 +32,26 @@ def _with_net_input(batch: dict) -> dict:
     return out
 
 
-def noise_lm_batch(batch: dict, noiser: Noiser, epoch: int, pad: int):
+def resample_samples(samples, samplers: dict, layout: str, epoch: int):
+    """Copies of ``samples`` (examples before collation) with a new segmentation of the sides
+    that have a sampler. A language-modeling example's source is its target shifted right by
+    one (``MonolingualDataset``'s ``future`` target): it is rebuilt from the resampled target."""
+    if not samples or not samplers:
+        return samples
+    ids = np.array([s["id"] for s in samples], dtype=np.int64)
+    out = [dict(s) for s in samples]
+    for side, sampler in samplers.items():
+        key = "source" if side == "source" else "target"
+        for o, s, new in zip(out, samples, sampler([s[key].numpy() for s in samples], ids, epoch)):
+            o[key] = torch.from_numpy(new)
+            if layout == "lm":
+                o["source"] = torch.cat([s["source"][:1], o["target"][:-1]])
+    return out
+
+
+def noise_lm_batch(batch: dict, noiser: Optional[Noiser], epoch: int, pad: int):
     """Noised copy of a language-modeling batch, and ``{"target": NoisedTokens}``."""
-    if not batch or "net_input" not in batch:
+    if noiser is None or not batch or "net_input" not in batch:
         return batch, {}
     result = _noise(
         noiser, batch["net_input"]["src_tokens"], batch["target"], batch["id"], epoch, pad

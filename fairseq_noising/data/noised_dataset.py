@@ -1,18 +1,19 @@
-"""A dataset wrapper that noises every collated training batch, online and deterministically."""
+"""A dataset wrapper that resamples and noises every training batch, online and deterministically."""
 
 import logging
 
 from fairseq.data import BaseWrapperDataset
 
-from .batch_noising import noise_lm_batch, noise_translation_batch
+from .batch_noising import noise_lm_batch, noise_translation_batch, resample_samples
 
 logger = logging.getLogger(__name__)
 
 
 class NoisedDataset(BaseWrapperDataset):
-    """Wraps a language-modeling or translation dataset; its :meth:`collater` noises each batch.
+    """Wraps a language-modeling or translation dataset; its :meth:`collater` gives each example
+    a new segmentation (subword sampling), collates, then noises the batch.
 
-    The noise is a pure function of the seed, the epoch (from :meth:`set_epoch`), the example ids
+    Both are pure functions of the seed, the epoch (from :meth:`set_epoch`), the example ids
     and the positions inside each example (see :mod:`fairseq_noising.noiser`), so every epoch
     sees fresh noise and the same command gives identical batches whatever the number of
     workers, the distributed rank or a resume from a checkpoint.
@@ -21,11 +22,22 @@ class NoisedDataset(BaseWrapperDataset):
         dataset: the clean dataset (``MonolingualDataset`` or ``LanguagePairDataset``).
         layout: ``"lm"`` or ``"translation"``.
         pad: the padding index.
-        noiser: for ``"lm"``, the noiser of (src_tokens, target).
+        noiser: for ``"lm"``, the noiser of (src_tokens, target); may be None.
         source_noiser, target_noiser: for ``"translation"``, either may be None (side not noised).
+        samplers: ``{"source"|"target": SubwordSampler}``, the sides resampled (``"target"``
+            for ``"lm"``); None for none.
     """
 
-    def __init__(self, dataset, layout, pad, noiser=None, source_noiser=None, target_noiser=None):
+    def __init__(
+        self,
+        dataset,
+        layout,
+        pad,
+        noiser=None,
+        source_noiser=None,
+        target_noiser=None,
+        samplers=None,
+    ):
         super().__init__(dataset)
         if layout not in ("lm", "translation"):
             raise ValueError(f"layout must be 'lm' or 'translation', got {layout!r}")
@@ -34,6 +46,7 @@ class NoisedDataset(BaseWrapperDataset):
         self.noiser = noiser
         self.source_noiser = source_noiser
         self.target_noiser = target_noiser
+        self.samplers = samplers or {}
         self.epoch = 1
 
     @property
@@ -57,4 +70,5 @@ class NoisedDataset(BaseWrapperDataset):
         )
 
     def collater(self, samples):
+        samples = resample_samples(samples, self.samplers, self.layout, self.epoch)
         return self.noise_batch(self.dataset.collater(samples))[0]

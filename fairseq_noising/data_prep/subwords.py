@@ -1,12 +1,17 @@
-"""SentencePiece (unigram) models trained on the training side of a parallel corpus, and the
-corpus encoded with them, for ``prepare_translation.py spm-dir``."""
+"""SentencePiece models (unigram or BPE) trained on the training side of a parallel corpus, the
+corpus encoded with them, and each model's pieces as a fairseq dictionary, for
+``prepare_translation.py spm-dir``."""
 
 import os
+from typing import Sequence
 
+from ..subword import SubwordModel
 from .lines import SPLITS, read_lines, write_lines
 
 
-def spm_train(inputs, prefix, vocab_size):
+def train_model(inputs: Sequence[str], prefix: str, vocab_size: int, model_type="unigram") -> str:
+    """``prefix.model`` and ``prefix.vocab`` trained on the text files ``inputs``, written
+    through a temporary name; the model's path."""
     import sentencepiece as spm
 
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
@@ -15,7 +20,7 @@ def spm_train(inputs, prefix, vocab_size):
         model_prefix=prefix + ".part",
         vocab_size=vocab_size,
         character_coverage=1.0,
-        model_type="unigram",
+        model_type=model_type,
         hard_vocab_limit=False,
         input_sentence_size=2_000_000,
         shuffle_input_sentence=True,
@@ -23,6 +28,7 @@ def spm_train(inputs, prefix, vocab_size):
     )
     for ext in ("model", "vocab"):
         os.replace(f"{prefix}.part.{ext}", f"{prefix}.{ext}")
+    return prefix + ".model"
 
 
 def spm_encode(model, inp, out):
@@ -32,18 +38,18 @@ def spm_encode(model, inp, out):
     write_lines(out, [" ".join(sp.encode(l, out_type=str)) for l in read_lines(inp)])
 
 
-def spm_dir(indir, outdir, src, tgt, vocab_size, joint):
+def spm_dir(indir, outdir, src, tgt, vocab_size, joint, model_type="unigram"):
     os.makedirs(outdir, exist_ok=True)
-    if joint:
-        prefix = os.path.join(outdir, "spm.joint")
-        spm_train([os.path.join(indir, f"train.{l}") for l in (src, tgt)], prefix, vocab_size)
-        models = {src: prefix + ".model", tgt: prefix + ".model"}
-    else:
-        models = {}
-        for lang in (src, tgt):
-            prefix = os.path.join(outdir, f"spm.{lang}")
-            spm_train([os.path.join(indir, f"train.{lang}")], prefix, vocab_size)
-            models[lang] = prefix + ".model"
+    models = {}
+    for lang in (src, tgt):
+        if joint and models:
+            models[lang] = models[src]
+        else:
+            inputs = [os.path.join(indir, f"train.{l}") for l in ((src, tgt) if joint else (lang,))]
+            prefix = os.path.join(outdir, "spm.joint" if joint else f"spm.{lang}")
+            models[lang] = train_model(inputs, prefix, vocab_size, model_type)
+        # every piece, so that any sampled segmentation has ids (fairseq-preprocess --srcdict)
+        SubwordModel(models[lang]).write_dictionary(os.path.join(outdir, f"dict.{lang}.txt"))
     for split in SPLITS:
         for lang in (src, tgt):
             spm_encode(

@@ -151,7 +151,8 @@ def main(argv=None):
         "iwslt": "train.tags.* minus metadata lines, <seg>s of the valid and test sets' .xml",
         "plain": "IN.<lang> (or IN.<lang>.gz) copied, trailing empty lines removed",
         "tokenize-dir": "{train,valid,test}.{src,tgt} word-tokenized; the tokenizer in O/tokenizer",
-        "spm-dir": "sentencepiece models on train (one per language, or --joint) and encoding",
+        "spm-dir": "sentencepiece models on train (one per language, or --joint), encoding, "
+        "and each model's pieces as dict.<lang>.txt",
     }
     parsers = {name: sub.add_parser(name, help=text) for name, text in commands.items()}
     for name, a in parsers.items():
@@ -174,6 +175,7 @@ def main(argv=None):
     )
     parsers["spm-dir"].add_argument("--vocab-size", type=int, default=16000)
     parsers["spm-dir"].add_argument("--joint", action="store_true")
+    parsers["spm-dir"].add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
     args = p.parse_args(argv)
 
     if args.cmd == "iwslt":
@@ -187,7 +189,15 @@ def main(argv=None):
     elif args.cmd == "tokenize-dir":
         tokenize_dir(args.indir, args.outdir, args.src, args.tgt, args.tokenizer)
     elif args.cmd == "spm-dir":
-        spm_dir(args.indir, args.outdir, args.src, args.tgt, args.vocab_size, args.joint)
+        spm_dir(
+            args.indir,
+            args.outdir,
+            args.src,
+            args.tgt,
+            args.vocab_size,
+            args.joint,
+            args.model_type,
+        )
     return 0
 
 

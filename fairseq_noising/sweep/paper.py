@@ -12,18 +12,29 @@ SIDES = {"both": "", "source": ", source only", "target": ", target only"}
 
 
 def row_label(key: str) -> str:
-    """The label of a row key: the scheme's registry label (plus the side for ``kn:source``);
-    a scheme or side the plugin does not know (a failed row's) as it was given."""
+    """The label of a row key: the scheme's registry label (plus the side for ``kn:source``, and
+    the subword sampling for ``none+sw0.1/64``); a scheme or side the plugin does not know (a
+    failed row's) as it was given."""
+    key, _, sampling = key.partition("+sw")
     scheme, _, side = key.partition(":")
     label = REGISTRY[scheme].label if scheme in REGISTRY else scheme
-    return label + SIDES.get(side or "both", f", {side}")
+    label += SIDES.get(side or "both", f", {side}")
+    if sampling:
+        sampling, _, on = sampling.partition(":")
+        alpha, _, nbest = sampling.partition("/")
+        label += f", subword sampling alpha {alpha}" + (f" ({nbest}-best)" if nbest else "")
+        label += f" on the {on} only" if on else ""
+    return label
 
 
 def row_order(key: str) -> tuple:
-    """Rows as the paper orders them: by scheme in registry order (none first), then side."""
+    """Rows as the paper orders them: by scheme in registry order (none first), then side; a
+    row with subword sampling after the same row without."""
+    key, _, sampling = key.partition("+sw")
     scheme, _, side = key.partition(":")
-    schemes = list(REGISTRY)
+    schemes, sides = list(REGISTRY), list(SIDES)
     return (
         schemes.index(scheme) if scheme in schemes else len(schemes),
-        list(SIDES).index(side or "both"),
+        sides.index(side or "both") if (side or "both") in sides else len(sides),
+        sampling,
     )

@@ -35,9 +35,17 @@ def now() -> str:
 
 
 def row_key(task: Dict) -> str:
-    """``kn``, or ``kn:source`` / ``kn:target`` for a translation row noising one side."""
+    """``kn``, or ``kn:source`` / ``kn:target`` for a translation row noising one side; with
+    subword sampling ``+sw<alpha>``, then ``/<nbest>`` and ``:<side>`` unless they are -1, both
+    (``none+sw0.1/64``)."""
     scheme, side = str(task.get("noise_scheme", "none")), str(task.get("noise_side", "both"))
-    return scheme if side == "both" else f"{scheme}:{side}"
+    key = scheme if side == "both" else f"{scheme}:{side}"
+    alpha = _float(task.get("subword_sampling_alpha"), 0.0)
+    if alpha > 0:
+        nbest, side = task.get("subword_sampling_nbest", -1), task.get("subword_sampling_side")
+        key += f"+sw{alpha:g}" + (f"/{nbest}" if nbest not in (None, -1) else "")
+        key += f":{side}" if side not in (None, "both") else ""
+    return key
 
 
 # ---------------------------------------------------------------------------- row.json

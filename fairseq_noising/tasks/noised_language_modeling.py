@@ -3,6 +3,7 @@
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import torch
@@ -19,13 +20,16 @@ from ..fairseq_compat import ordered_batch_iterator, takes_initial_state
 from ..noiser import Noiser
 from ..stats_cache import read_token_stream
 from . import noising_config as noising
+from . import subword_config as subword
 from .state_carrier import InjectingIterator, StateCarrier
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class NoisedLanguageModelingConfig(LanguageModelingConfig, noising.NoisingConfig):
+class NoisedLanguageModelingConfig(
+    LanguageModelingConfig, noising.NoisingConfig, subword.SubwordSamplingConfig
+):
     stateful_bptt: bool = field(
         default=False,
         metadata={
@@ -83,6 +87,14 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     @classmethod
     def setup_task(cls, args, **kwargs):
         noising.check_gamma(args.noise_gamma, "--noise-gamma")
+        subword.check_flags(args)
+        if subword.alpha_of(args) > 0:
+            for flag in ("stateful_bptt", "add_bos_token"):
+                if getattr(args, flag, False):
+                    raise NoisingError(
+                        f"--subword-sampling-alpha does not apply with --{flag.replace('_', '-')} "
+                        "(a new segmentation changes every example's length)"
+                    )
         return super().setup_task(args, **kwargs)
 
     def _split_prefix(self, split, epoch):
@@ -113,6 +125,11 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             self.datasets[split] = self._stateful_dataset(raw, is_train)
         else:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        samplers = {}
+        if is_train and subword.alpha_of(self.args) > 0:
+            data_dir = os.path.dirname(prefix)
+            samplers["target"] = subword.build_sampler(self.args, data_dir, self.dictionary, raw, 0)
+        noiser = None
         if is_train and self.args.noise_scheme != "none":
             noiser = noising.build_noiser(
                 self.args.noise_scheme,
@@ -125,11 +142,14 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
                 side=0,
                 eos_special=self.args.special_eos,
             )
-            self.datasets[split] = self.wrap_noised(self.datasets[split], noiser)
+        if noiser is not None or samplers:
+            self.datasets[split] = self.wrap_noised(self.datasets[split], noiser, samplers)
         return self.datasets[split]
 
-    def wrap_noised(self, dataset, noiser: Noiser):
-        return NoisedDataset(dataset, "lm", pad=self.dictionary.pad(), noiser=noiser)
+    def wrap_noised(self, dataset, noiser: Optional[Noiser], samplers=None):
+        return NoisedDataset(
+            dataset, "lm", pad=self.dictionary.pad(), noiser=noiser, samplers=samplers
+        )
 
     # --- stateful truncated BPTT --------------------------------------------------------------
 

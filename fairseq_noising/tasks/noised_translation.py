@@ -14,6 +14,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
 from . import noising_config as noising
+from . import subword_config as subword
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +25,9 @@ TARGET_SIDE, SOURCE_SIDE = 0, 1
 
 
 @dataclass
-class NoisedTranslationConfig(TranslationConfig, noising.NoisingConfig):
+class NoisedTranslationConfig(
+    TranslationConfig, noising.NoisingConfig, subword.SubwordSamplingConfig
+):
     noise_side: NOISE_SIDE_CHOICES = field(
         default="both",
         metadata={"help": "which side to noise: both, source (encoder input) or target (decoder)"},
@@ -35,6 +38,10 @@ class NoisedTranslationConfig(TranslationConfig, noising.NoisingConfig):
     noise_gamma_target: Optional[float] = field(
         default=None, metadata={"help": "gamma_0 for the target side (default: --noise-gamma)"}
     )
+    subword_sampling_side: NOISE_SIDE_CHOICES = field(
+        default="both",
+        metadata={"help": "which side --subword-sampling-alpha resamples: both, source or target"},
+    )
 
 
 @register_task("noised_translation", dataclass=NoisedTranslationConfig)
@@ -44,13 +51,15 @@ class NoisedTranslationTask(TranslationTask):
     The source sentence is noised as context with source statistics; on the target side
     position k pairs ``prev_output_tokens[:, k]`` with ``target[:, k]``, with target statistics.
     Statistics count bigrams inside each sentence (with its final ``</s>``). Validation and test
-    data are never noised. ``<blank>`` is always in both dictionaries.
+    data are never noised. ``<blank>`` is always in both dictionaries. With
+    ``--subword-sampling-alpha`` each training sentence is first given a new segmentation.
     """
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         for flag in ("noise_gamma", "noise_gamma_source", "noise_gamma_target"):
             noising.check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
+        subword.check_flags(cfg)
         data_dir = noising.check_data_dir(cfg.data)
         if cfg.source_lang is None or cfg.target_lang is None:
             cfg.source_lang, cfg.target_lang = data_utils.infer_language_pair(data_dir)
@@ -79,7 +88,7 @@ class NoisedTranslationTask(TranslationTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         is_train = split == self.cfg.train_subset
-        noisers = {}
+        noisers, samplers = {}, {}
         if is_train:
             paths = utils.split_paths(self.cfg.data)
             data_path = paths[(epoch - 1) % len(paths)]
@@ -103,13 +112,19 @@ class NoisedTranslationTask(TranslationTask):
                         seed=self.cfg.seed,
                         side=number,
                     )
+                sampled = self.cfg.subword_sampling_side in ("both", side)
+                if subword.alpha_of(self.cfg) > 0 and sampled:
+                    samplers[side] = subword.build_sampler(
+                        self.cfg, data_path, dictionary, raw, number, lang
+                    )
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
-        if noisers:
+        if noisers or samplers:
             self.datasets[split] = NoisedDataset(
                 self.datasets[split],
                 "translation",
                 pad=self.tgt_dict.pad(),
                 source_noiser=noisers.get("source"),
                 target_noiser=noisers.get("target"),
+                samplers=samplers,
             )
         return self.datasets[split]

@@ -1,0 +1,177 @@
+#!/usr/bin/env python
+"""Subword sampling's cost on the CPU, on Multi30k En-De with 8k sentencepiece pieces per language.
+
+1. Per sentence: each sampler (unigram over every segmentation, unigram over the 64 best of each
+   sentence, BPE-dropout), alpha 0.1, on batches of 128 German training sentences, the three
+   taking turns; the median time per sentence, and how many pieces a sampled sentence has
+   against its binarized segmentation.
+2. Per epoch: updates of the 256-unit encoder-decoder (multi30k_spm_cpu's model, SGD, batch 128)
+   on the same batches without and with sampling on both sides (``--alpha``, ``--nbest``),
+   alternating update by update in one process, so that the machine's load hits both alike;
+   the epoch time each implies (median update time x updates per epoch), their ratio, and the
+   sampling's share (collating with sampling minus without).
+
+The data is what ``SPM=1 SPM_VOCAB=8000 bash recipes/multi30k.sh`` binarizes, made once into
+``--cache-dir``. Run from the repository root: ``.venv/bin/python -m bench.bench_subword``.
+"""
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+from bench import _common
+from fairseq_noising.data_prep import ptb
+from fairseq_noising.data_prep.subwords import spm_dir, train_model
+from fairseq_noising.data_prep.translation import copy_plain
+from fairseq_noising.subword import SubwordModel, SubwordSampler
+
+
+def prepared(multi30k: Path, cache: Path) -> Path:
+    """SPM=1's data-bin (8k unigram pieces per language), and a BPE model of train.de."""
+    work = cache / "multi30k-spm8k"
+    if not (work / "data-bin" / "spm.de.model").exists():
+        splits = [("train", "train"), ("valid", "val"), ("test", "test")]
+        copy_plain(str(multi30k), str(work / "raw"), "en", "de", splits)
+        spm_dir(str(work / "raw"), str(work / "spm"), "en", "de", 8000, False)
+        flags = ["--source-lang", "en", "--target-lang", "de", "--trainpref", work / "spm/train"]
+        flags += ["--validpref", work / "spm/valid", "--testpref", work / "spm/test"]
+        flags += ["--srcdict", work / "spm/dict.en.txt", "--tgtdict", work / "spm/dict.de.txt"]
+        ptb.preprocess(*flags, "--destdir", work / "data-bin")
+        for lang in ("en", "de"):
+            os.replace(work / f"spm/spm.{lang}.model", work / f"data-bin/spm.{lang}.model")
+    if not (work / "bpe.de.model").exists():
+        train_model([str(work / "raw/train.de")], str(work / "bpe.de"), 8000, "bpe")
+    return work
+
+
+def per_sentence(work: Path, rounds: int, batches: int):
+    lines = (work / "raw/train.de").read_text(encoding="utf-8").splitlines()[: 128 * batches]
+    methods = {}
+    for name, path, nbest in (
+        ("unigram, every segmentation", "data-bin/spm.de.model", -1),
+        ("unigram, 64 best", "data-bin/spm.de.model", 64),
+        ("BPE-dropout", "bpe.de.model", -1),
+    ):
+        model = SubwordModel(str(work / path))
+        symbols = ["<s>", "<pad>", "</s>", "<unk>"] + model.dictionary_symbols() + ["<blank>"]
+        to_piece, to_dict = model.map_dictionary(symbols, [0, 1, 2, 3, len(symbols) - 1], 3, "")
+        index = {s: i for i, s in enumerate(symbols)}
+        sp = spm.SentencePieceProcessor(model_file=str(work / path))
+        data = [np.array([index[p] for p in s] + [2]) for s in sp.encode(lines, out_type=str)]
+        sampler = SubwordSampler(model, to_piece, to_dict, alpha=0.1, nbest=nbest)
+        start = time.perf_counter()
+        sampler.prepare(np.concatenate(data), np.array([len(d) for d in data]))
+        methods[name] = (sampler, data, time.perf_counter() - start, [], [0, 0])
+    for r in range(rounds):
+        for b in range(batches):
+            for sampler, data, _, times, pieces in methods.values():
+                batch, ids = data[128 * b : 128 * (b + 1)], np.arange(128 * b, 128 * (b + 1))
+                t = time.perf_counter()
+                out = sampler(batch, ids, epoch=r + 1)
+                times.append((time.perf_counter() - t) / len(batch))
+                pieces[0] += sum(map(len, out))
+                pieces[1] += sum(map(len, batch))
+    print(f"per sentence, {rounds} x {batches} batches of 128 German sentences, alpha 0.1:")
+    for name, (_, _, prep, times, pieces) in methods.items():
+        print(
+            f"  {name:28s} {statistics.median(times) * 1e6:7.1f} us/sentence (median batch), "
+            f"pieces x{pieces[0] / pieces[1]:.3f}, word types prepared in {prep:.1f} s"
+        )
+
+
+def per_epoch(work: Path, args):
+    import torch
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    import fairseq_noising.fairseq_plugin  # noqa: F401  (imported before fairseq: register now)
+
+    argv = [str(work / "data-bin"), "--user-dir", str(_common.PLUGIN_DIR), "--cpu"]
+    argv += ["--task", "noised_translation", "-s", "en", "-t", "de", "--seed", "1"]
+    argv += ["--arch", "noising_lstm_iwslt_en_de", "--hidden-size", "256", "--num-workers", "0"]
+    argv += ["--criterion", "cross_entropy", "--sentence-avg", "--batch-size", "128"]
+    argv += ["--required-batch-size-multiple", "1", "--optimizer", "sgd", "--lr", "1.0"]
+    argv += ["--clip-norm", "5", "--subword-sampling-alpha", str(args.alpha)]
+    argv += ["--subword-sampling-nbest", str(args.nbest)]
+    cfg = convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    )
+    utils.import_user_module(cfg.common)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("train", epoch=1)
+    sampled = task.dataset("train")
+    model = task.build_model(cfg.model)
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+
+    def batches(dataset):
+        return task.get_batch_iterator(
+            dataset, max_sentences=128, seed=1, epoch=1, disable_iterator_cache=True
+        ).next_epoch_itr(shuffle=True)
+
+    itrs = {"with": batches(sampled), "without": batches(sampled.dataset)}
+    updates = len(batches(sampled.dataset))
+    times, pieces = {"with": [], "without": []}, [0, 0]
+    for i in range(args.updates + 1):
+        for condition in ("with", "without") if i % 2 else ("without", "with"):
+            t = time.perf_counter()
+            batch = next(itrs[condition])
+            trainer.train_step([batch])
+            if i:  # the first pair warms up
+                times[condition].append(time.perf_counter() - t)
+                pieces[condition == "without"] += int(batch["ntokens"])
+    ids = list(range(0, len(sampled), max(1, len(sampled) // 2560)))[:2560]
+    cost = []  # collating a batch with sampling, minus without
+    for chunk in (ids[i : i + 128] for i in range(0, len(ids), 128)):
+        t0 = time.perf_counter()
+        sampled.dataset.collater([sampled.dataset[i] for i in chunk])
+        t1 = time.perf_counter()
+        sampled.collater([sampled[i] for i in chunk])
+        cost.append((time.perf_counter() - t1) - (t1 - t0))
+    med = {c: statistics.median(t) for c, t in times.items()}
+    print(
+        f"per epoch ({updates} updates of batch 128; 256 units; torch threads "
+        f"{torch.get_num_threads()}; {args.updates} updates each, alternating), alpha "
+        f"{args.alpha}, nbest {args.nbest}:"
+    )
+    for c in ("without", "with"):
+        print(f"  {c:7s} sampling: {med[c]:.3f} s/update -> epoch {med[c] * updates / 60:.1f} min")
+    pairs = sorted(a / b for a, b in zip(times["with"], times["without"]))
+    print(
+        f"  ratio with / without: {med['with'] / med['without']:.3f} (medians); per pair "
+        f"{statistics.median(pairs):.3f}, quartiles {pairs[len(pairs) // 4]:.3f}-"
+        f"{pairs[3 * len(pairs) // 4]:.3f}; target pieces x{pieces[0] / pieces[1]:.3f}"
+    )
+    share = statistics.median(cost)
+    print(
+        f"  sampling alone: {share * 1e3:.1f} ms/batch = {share / med['without']:.1%} of an update"
+    )
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    _common.add_ptb_argument(p)  # --cache-dir; the Multi30k folder is beside PTB's
+    p.add_argument("--multi30k-dir", type=Path, help="default: the --ptb-dir's ../multi30k")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batches", type=int, default=20, help="batches of 128 per round")
+    p.add_argument("--updates", type=int, default=12, help="timed updates per condition")
+    p.add_argument("--alpha", type=float, default=0.1)
+    p.add_argument("--nbest", type=int, default=64)
+    p.add_argument("--part", choices=["sentence", "epoch", "both"], default="both")
+    args = p.parse_args(argv)
+    print(_common.machine_line(), flush=True)
+    work = prepared(args.multi30k_dir or args.ptb_dir.parent / "multi30k", args.cache_dir)
+    if args.part in ("sentence", "both"):
+        per_sentence(work, args.rounds, args.batches)
+    if args.part in ("epoch", "both"):
+        per_epoch(work, args)
+    print(_common.machine_line())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Subword sampling through the tasks and fairseq-train, on Multi30k and PTB slices.
+
+Oracles: the raw text each example was made from (every resampled example spells it), the
+binarized examples (the clean segmentation), the plugin's own noising of the resampled batch
+collated by fairseq (sampling then noising in one pass is exactly the two one after the other),
+and, through the real fairseq-train, the model trained with --num-workers 0 (the same with 2
+workers and after a resume, as tests/test_determinism.py shows for the noising).
+"""
+
+import shutil
+
+import pytest
+import sentencepiece as spm
+import torch
+from conftest import TINY_LM, TINY_MT, build_task, lm_train_argv, mt_train_argv, run_cli
+
+pytestmark = pytest.mark.slow  # real data, fairseq-train runs
+
+SAMPLING = ["--subword-sampling-alpha", "0.2"]
+
+
+def text_of(sp, dictionary, tokens):
+    """The text of a row of dictionary ids (padding, </s> and <blank> left out)."""
+    special = {dictionary.pad(), dictionary.eos(), dictionary.index("<blank>")}
+    return sp.decode([dictionary[int(t)] for t in tokens if int(t) not in special])
+
+
+def train_split(task):
+    task.load_dataset("train")
+    return task.dataset("train")
+
+
+def test_translation_examples_spell_their_text_in_a_new_segmentation(multi30k_spm_bin):
+    data = multi30k_spm_bin
+    raw = data.parent / "words" / "raw"
+    lines = {lang: (raw / f"train.{lang}").read_text().splitlines() for lang in ("en", "de")}
+    sp = {
+        lang: spm.SentencePieceProcessor(model_file=str(data / f"spm.{lang}.model"))
+        for lang in lines
+    }
+    task, _ = build_task(mt_train_argv(data, *SAMPLING, "--subword-sampling-nbest", 16))
+    wrapper = train_split(task)
+    wrapper.set_epoch(3)
+    ids = list(range(0, 400, 3))
+    batch = wrapper.collater([wrapper.dataset[i] for i in ids])
+    clean = wrapper.dataset.collater([wrapper.dataset[i] for i in ids])
+    changed = 0
+    for row, i in enumerate(batch["id"].tolist()):
+        for key, lang, d in (("src_tokens", "en", task.src_dict), ("target", "de", task.tgt_dict)):
+            tokens = batch["net_input"][key][row] if key == "src_tokens" else batch[key][row]
+            assert text_of(sp[lang], d, tokens) == lines[lang][i]
+        before = clean["target"][row][clean["target"][row] != task.tgt_dict.pad()]
+        after = batch["target"][row][batch["target"][row] != task.tgt_dict.pad()]
+        changed += not torch.equal(before, after)
+    assert changed > len(ids) // 4
+
+
+def test_sampling_then_noising_in_one_pass_is_the_two_one_after_the_other(multi30k_spm_bin):
+    both, _ = build_task(mt_train_argv(multi30k_spm_bin, *SAMPLING, scheme="kn", gamma=0.3))
+    wrapper = train_split(both)
+    wrapper.set_epoch(2)
+    samples = [wrapper.dataset[i] for i in range(0, 120, 2)]
+    one_pass = wrapper.collater(samples)
+    sampled_only, _ = build_task(mt_train_argv(multi30k_spm_bin, *SAMPLING))
+    resampled = train_split(sampled_only)
+    resampled.set_epoch(2)
+    two_steps, details = wrapper.noise_batch(resampled.collater(samples), epoch=2)
+    for key in ("src_tokens", "prev_output_tokens"):
+        assert torch.equal(one_pass["net_input"][key], two_steps["net_input"][key])
+    assert torch.equal(one_pass["target"], two_steps["target"])
+    assert details["target"].fired.any() and details["source"].fired.any()
+
+
+def spm_lm_data(tmp_path, ptb_tiny_bin):
+    """PTB's tiny slice on a 300-piece unigram model of its own, binarized with the model's
+    pieces as the dictionary, the model beside the data as spm.model."""
+    from conftest import fairseq_preprocess
+
+    from fairseq_noising.data_prep.subwords import train_model
+    from fairseq_noising.subword import SubwordModel
+
+    raw = ptb_tiny_bin.parent / "raw"
+    model = train_model([str(raw / "ptb.train.txt")], str(tmp_path / "spm"), 300)
+    SubwordModel(model).write_dictionary(str(tmp_path / "dict.txt"))
+    sp = spm.SentencePieceProcessor(model_file=model)
+    for split in ("train", "valid", "test"):
+        text = (raw / f"ptb.{split}.txt").read_text().splitlines()
+        pieces = [" ".join(sp.encode(line.strip(), out_type=str)) for line in text]
+        (tmp_path / f"{split}.txt").write_text("\n".join(pieces) + "\n")
+    flags = ["--only-source", "--srcdict", tmp_path / "dict.txt", "--destdir", tmp_path / "bin"]
+    for split in ("train", "valid", "test"):
+        flags += [f"--{split}pref", tmp_path / f"{split}.txt"]
+    data = fairseq_preprocess(*flags)
+    shutil.copy(model, data / "spm.model")
+    return data, sp
+
+
+def test_language_model_blocks_are_resampled_and_their_source_follows(tmp_path, ptb_tiny_bin):
+    """Blocks of --tokens-per-sample pieces, cut anywhere, words too. (--sample-break-mode eos
+    fails inside fairseq's TokenBlockDataset under numpy 2, which has no np.compat.)"""
+    data, sp = spm_lm_data(tmp_path, ptb_tiny_bin)
+    flags = [*SAMPLING, "--noise-scheme", "kn", "--noise-gamma", 0]
+    task, _ = build_task(lm_train_argv(data, *flags))
+    wrapper = train_split(task)
+    wrapper.set_epoch(4)
+    d = task.dictionary
+    changed = 0
+    for i in range(0, len(wrapper), 7):
+        clean = wrapper.dataset[i]
+        batch = wrapper.collater([clean])
+        source, target = batch["net_input"]["src_tokens"][0], batch["target"][0]
+        assert text_of(sp, d, target).strip() == text_of(sp, d, clean["target"]).strip()
+        assert source[0] == clean["source"][0] and torch.equal(source[1:], target[:-1])
+        changed += not torch.equal(target, clean["target"])
+    assert changed > len(range(0, len(wrapper), 7)) // 4
+
+
+# --- through fairseq-train ------------------------------------------------------------------
+
+
+def train(data, save_dir, *extra):
+    """The tiny LSTM translation model with subword sampling and kn noising on both sides, SGD
+    from seed 5; returns the last checkpoint's model."""
+    flags = ["--batch-size", 32, "--required-batch-size-multiple", 1, "--sentence-avg"]
+    flags += ["--seed", 5, "--save-dir", save_dir, "--no-epoch-checkpoints", *extra]
+    argv = mt_train_argv(data, *flags, model=TINY_MT, scheme="kn", gamma=0.2, lr=1.0)
+    run_cli(["fairseq-train", *argv])
+    return torch.load(save_dir / "checkpoint_last.pt", map_location="cpu")["model"]
+
+
+def same_model(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("nbest", [-1, 8])
+def test_workers_and_resume_train_the_same_model_with_sampling(multi30k_spm_bin, tmp_path, nbest):
+    data, sampling = multi30k_spm_bin, [*SAMPLING, "--subword-sampling-nbest", nbest]
+    reference = train(data, tmp_path / "w0", *sampling, "--num-workers", 0, "--max-epoch", 2)
+    workers = train(data, tmp_path / "w2", *sampling, "--num-workers", 2, "--max-epoch", 2)
+    assert same_model(reference, workers)
+    train(data, tmp_path / "resumed", *sampling, "--num-workers", 0, "--max-epoch", 1)
+    resumed = train(data, tmp_path / "resumed", *sampling, "--num-workers", 0, "--max-epoch", 2)
+    assert same_model(reference, resumed)
+    # and the sampling matters: without it the same run trains another model
+    unsampled = train(data, tmp_path / "plain", "--num-workers", 0, "--max-epoch", 2)
+    assert not same_model(reference, unsampled)
+
+
+def test_a_language_model_trains_with_sampling(tmp_path, ptb_tiny_bin):
+    data, _ = spm_lm_data(tmp_path, ptb_tiny_bin)
+    flags = [*SAMPLING, "--max-update", 3, "--batch-size", 8, "--save-dir", tmp_path / "ckpt"]
+    proc = run_cli(["fairseq-train", *lm_train_argv(data, *flags, model=TINY_LM, lr=1.0)])
+    assert "subword sampling with" in proc.stdout + proc.stderr
+    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu")
+    assert state["optimizer_history"][-1]["num_updates"] == 3
