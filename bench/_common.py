@@ -1,10 +1,11 @@
-"""What the benchmarks share: PTB (binarized once into a cache folder, loaded as token ids), one way
-to start and stop the processes they time, and the machine line they print."""
+"""What the benchmarks share: their parser, PTB (binarized once, loaded as token ids), a fairseq
+Trainer built in-process, timing helpers, starting and stopping processes, the machine line."""
 
 import argparse
 import hashlib
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,9 @@ PLUGIN_DIR = REPO / "fairseq_noising"
 GRACE = 5.0  # s between SIGTERM and SIGKILL when processes are stopped
 
 
-def add_ptb_argument(parser: argparse.ArgumentParser) -> None:
+def parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: its docstring's first line, ``--ptb-dir`` and ``--cache-dir``."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
     shared = os.environ.get("FAIRSEQ_NOISING_SHARED") or REPO.parent / "shared" / "data"
     parser.add_argument(
         "--ptb-dir",
@@ -33,6 +36,16 @@ def add_ptb_argument(parser: argparse.ArgumentParser) -> None:
         default=Path(tempfile.gettempdir()) / "fairseq-noising-bench",
         help="where the binarized PTB is kept between runs (default: %(default)s)",
     )
+    return parser
+
+
+def device(asked, prog: str) -> str:
+    """``asked``, else cuda where torch sees a GPU, else cpu; exits if cuda is asked without one."""
+    import torch
+
+    if asked == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"{prog}: error: --device cuda but torch {torch.__version__} sees no GPU")
+    return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def check_ptb(ptb_dir: Path) -> Path:
@@ -73,6 +86,57 @@ def ptb_train_stream(data_bin: Path):
     dataset = data_utils.load_indexed_dataset(str(data_bin / "train"), dictionary, "mmap")
     tokens, _ = read_token_stream(dataset)
     return tokens, dictionary, dataset
+
+
+def trainer(argv, subset="train"):
+    """(task with ``subset`` loaded, fairseq Trainer) of fairseq-train's command line ``argv``."""
+    import numpy as np
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the plugin before parsing)
+
+    parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    cfg = convert_namespace_to_omegaconf(parsed)
+    np.random.seed(cfg.common.seed)
+    utils.set_torch_seed(cfg.common.seed)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset(subset, epoch=1)
+    model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+    return task, Trainer(cfg, task, model, criterion)
+
+
+def alternate(steps, rounds, per_round=1, warmup=1, sync=lambda: None):
+    """Seconds of each round of ``per_round`` calls of each step function, after ``warmup`` calls
+    each; rounds alternate (ABBA) so that a slow spell of a shared machine hits all alike."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times = {name: [] for name in steps}
+    for r in range(rounds):
+        for name in list(steps)[:: 1 if r % 2 == 0 else -1]:
+            sync()
+            start = time.perf_counter()
+            for _ in range(per_round):
+                steps[name]()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def collate_cost(clean, wrapped, count, size, repeats=1):
+    """Median seconds that ``wrapped`` adds to fetching and collating a batch of ``size`` over
+    ``clean``, the dataset inside it, on ``count`` examples spread over the split."""
+    ids = list(range(0, len(clean), max(1, len(clean) // count)))[:count]
+    cost = []
+    for batch in [ids[i : i + size] for i in range(0, len(ids), size)] * repeats:
+        t0 = time.perf_counter()
+        clean.collater([clean[i] for i in batch])
+        t1 = time.perf_counter()
+        wrapped.collater([wrapped[i] for i in batch])
+        cost.append((time.perf_counter() - t1) - (t1 - t0))
+    return statistics.median(cost)
 
 
 def cli(name: str) -> str:
