@@ -12,22 +12,11 @@ from functools import partial
 import numpy as np
 
 from . import _common
+from ._common import BATCH, BPTT
 
-BATCH, UNROLL = 20, 35
 GAMMA = 0.2
 STACK = 64  # batches stacked into one call
 PLUGIN_BATCHES, LOOP_BATCHES, CHOICE_BATCHES = 200, 50, 5  # a round: each plugin scheme, ...
-
-
-def batches(tokens: np.ndarray):
-    """The authors' ``_reshape_data`` + ``get_batch``: list of (X, Y) int arrays [20, 35]."""
-    batch_len = tokens.shape[0] // BATCH
-    data = tokens[: BATCH * batch_len].reshape(BATCH, batch_len)
-    n = (batch_len - 1) // UNROLL
-    return [
-        (data[:, i * UNROLL : (i + 1) * UNROLL], data[:, i * UNROLL + 1 : (i + 1) * UNROLL + 1])
-        for i in range(n)
-    ]
 
 
 # ------------------------------------------------ the authors' noise_batch (bigram KN), ported
@@ -102,21 +91,23 @@ class Timer:
     def __init__(self):
         self.times, self.fired, self.best_pass = {}, {}, {}
 
-    def run(self, label, fn, work, per_item=1):
-        """Times ``fn`` on each item of ``work``; an item holds ``per_item`` batches."""
+    def run(self, label, fn, items, size, r, per_item=1):
+        """Times ``fn`` on round ``r``'s ``size`` items; an item holds ``per_item`` batches."""
+        start = (r * size) % len(items)
+        work = (items[start:] + items[:start])[:size]
         times, fired, clock = self.times.setdefault(label, []), 0, time.perf_counter
         start = clock()
         for item in work:
             t0 = clock()
             fired += fn(item)
             times.append((clock() - t0) / per_item)
-        tokens = len(work) * per_item * BATCH * UNROLL
+        tokens = len(work) * per_item * BATCH * BPTT
         rate = tokens / (clock() - start)
         self.best_pass[label] = max(self.best_pass.get(label, 0.0), rate)
         self.fired[label] = fired / tokens
 
     def median_rate(self, label):
-        return BATCH * UNROLL / float(np.median(self.times[label]))
+        return BATCH * BPTT / float(np.median(self.times[label]))
 
 
 def main(argv=None):
@@ -137,7 +128,7 @@ def main(argv=None):
     tokens, dictionary, _ = _common.ptb_train_stream(data_bin)
     vocab_size, pad, blank = len(dictionary), dictionary.pad(), dictionary.index(BLANK_SYMBOL)
     stats = stream_stats(tokens, vocab_size)
-    all_batches = batches(tokens)
+    all_batches = _common.ptb_batches(tokens)
     specials = special_ids(dictionary)
     noisers = {
         name: Noiser(build_scheme(name, stats, GAMMA, specials, blank, vocab_size), seed=1)
@@ -151,7 +142,7 @@ def main(argv=None):
             "id": torch.from_numpy(ids),
             "net_input": {
                 "src_tokens": torch.from_numpy(np.ascontiguousarray(x)),
-                "src_lengths": torch.full((BATCH,), UNROLL),
+                "src_lengths": torch.full((BATCH,), BPTT),
             },
             "target": torch.from_numpy(np.ascontiguousarray(y)),
         }
@@ -186,10 +177,6 @@ def main(argv=None):
     authors = replaced(lambda x, y: authors_noise_batch_kn(x, y, loader, GAMMA))
     choice = replaced(lambda x, y: alg1_choice_kn(x, y, gamma_of, q, vocab_size))
 
-    def window(items, size, r):
-        start = (r * size) % len(items)
-        return (items[start:] + items[:start])[:size]
-
     KN, TORCH = "plugin Noiser, kn", "plugin noise_lm_batch, kn"
     STACKED = f"plugin Noiser, kn, {STACK} batches/call"
     AUTHORS, CHOICE = "authors' loop (faithful port), kn", "Alg. 1 + np.random.choice, kn"
@@ -197,17 +184,17 @@ def main(argv=None):
     print(f"# {_common.machine_line()}")
     print(
         f"# PTB train: {tokens.size:,} tokens, V={vocab_size}, {len(all_batches)} batches of "
-        f"{BATCH}x{UNROLL}; gamma_0={GAMMA}; {args.rounds} alternating rounds"
+        f"{BATCH}x{BPTT}; gamma_0={GAMMA}; {args.rounds} alternating rounds"
     )
     wall = time.perf_counter()
     for r in range(args.rounds):
         for name in SCHEMES:
-            items = window(plugin_items, PLUGIN_BATCHES, r)
-            timer.run(f"plugin Noiser, {name}", partial(plugin_fn, noisers[name]), items)
-        timer.run(TORCH, torch_fn, window(torch_items, PLUGIN_BATCHES, r))
-        timer.run(STACKED, partial(plugin_fn, noisers["kn"]), window(stacked_items, 2, r), STACK)
-        timer.run(AUTHORS, authors, window(all_batches, LOOP_BATCHES, r))
-        timer.run(CHOICE, choice, window(all_batches, CHOICE_BATCHES, r))
+            noiser = partial(plugin_fn, noisers[name])
+            timer.run(f"plugin Noiser, {name}", noiser, plugin_items, PLUGIN_BATCHES, r)
+        timer.run(TORCH, torch_fn, torch_items, PLUGIN_BATCHES, r)
+        timer.run(STACKED, partial(plugin_fn, noisers["kn"]), stacked_items, 2, r, STACK)
+        timer.run(AUTHORS, authors, all_batches, LOOP_BATCHES, r)
+        timer.run(CHOICE, choice, all_batches, CHOICE_BATCHES, r)
     wall = time.perf_counter() - wall
 
     print(f"\n{'implementation':<36}{'tokens/s':>12}{'us/batch':>10}{'best pass':>12}{'fired':>8}")
@@ -216,7 +203,7 @@ def main(argv=None):
     def line(label, shown=None):
         rate = timer.median_rate(label)
         print(
-            f"{shown or label:<36}{rate:>12,.0f}{BATCH * UNROLL / rate * 1e6:>10.1f}"
+            f"{shown or label:<36}{rate:>12,.0f}{BATCH * BPTT / rate * 1e6:>10.1f}"
             f"{timer.best_pass[label]:>12,.0f}{timer.fired[label]:>8.2%}"
         )
 

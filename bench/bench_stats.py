@@ -20,7 +20,7 @@ ZIPF_VOCAB, ZIPF_EXPONENT, ZIPF_SEED = 42_000, 1.0, 0
 
 
 def best_of(repeats, fn, before=lambda: None):
-    """(best time, every time, last result) of ``repeats`` calls of ``fn``, each after ``before``."""
+    """(best time, all times, last result) of ``repeats`` calls of ``fn``, each after ``before``."""
     times, result = [], None
     for _ in range(repeats):
         before()
@@ -66,7 +66,8 @@ def main(argv=None):
     synthetic = zipf_stream(args.synthetic_tokens, ZIPF_VOCAB, ZIPF_EXPONENT, ZIPF_SEED)
     gen_s = time.perf_counter() - t0
     report(
-        f"stream_stats Zipf({ZIPF_EXPONENT}) synthetic: {synthetic.size:,} tokens, V={ZIPF_VOCAB:,}",
+        f"stream_stats Zipf({ZIPF_EXPONENT}) synthetic: {synthetic.size:,} tokens, "
+        f"V={ZIPF_VOCAB:,}",
         best_of(args.repeats, lambda: stream_stats(synthetic, ZIPF_VOCAB)),
         f"   goal < 10 s   [generating it took {gen_s:.1f} s, not timed]",
         f", seed {ZIPF_SEED}",

@@ -76,33 +76,15 @@ def per_sentence(work: Path, rounds: int, batches: int):
 def per_epoch(work: Path, args):
     import torch
 
-    argv = [str(work / "data-bin"), "--user-dir", str(_common.PLUGIN_DIR), "--cpu"]
-    argv += ["--task", "noised_translation", "-s", "en", "-t", "de", "--seed", "1"]
-    argv += ["--arch", "noising_lstm_iwslt_en_de", "--hidden-size", "256", "--num-workers", "0"]
-    argv += ["--criterion", "cross_entropy", "--sentence-avg", "--batch-size", "128"]
-    argv += ["--required-batch-size-multiple", "1", "--optimizer", "sgd", "--lr", "1.0"]
-    argv += ["--clip-norm", "5", "--subword-sampling-alpha", str(args.alpha)]
-    argv += ["--subword-sampling-nbest", str(args.nbest)]
-    task, trainer = _common.trainer(argv)
-    sampled = task.dataset("train")
-
-    def batches(dataset):
-        return task.get_batch_iterator(
-            dataset, max_sentences=128, seed=1, epoch=1, disable_iterator_cache=True
-        ).next_epoch_itr(shuffle=True)
-
-    itrs = {"with": batches(sampled), "without": batches(sampled.dataset)}
-    updates = len(batches(sampled.dataset))
-    times, pieces = {"with": [], "without": []}, [0, 0]
-    for i in range(args.updates + 1):
-        for condition in ("with", "without") if i % 2 else ("without", "with"):
-            t = time.perf_counter()
-            batch = next(itrs[condition])
-            trainer.train_step([batch])
-            if i:  # the first pair warms up
-                times[condition].append(time.perf_counter() - t)
-                pieces[condition == "without"] += int(batch["ntokens"])
-    cost = _common.collate_cost(sampled.dataset, sampled, 2560, 128)
+    argv = [str(work / "data-bin"), "--user-dir", str(_common.PLUGIN_DIR)] + (
+        "--cpu --task noised_translation -s en -t de --seed 1 --arch noising_lstm_iwslt_en_de "
+        "--hidden-size 256 --num-workers 0 --criterion cross_entropy --sentence-avg --batch-size "
+        "128 --required-batch-size-multiple 1 --optimizer sgd --lr 1.0 --clip-norm 5 "
+        f"--subword-sampling-alpha {args.alpha} --subword-sampling-nbest {args.nbest}"
+    ).split()
+    times, pieces, cost, updates = _common.paired_updates(argv, args.updates, 1, 128, 2560)
+    times = {"with": times["wrapped"], "without": times["clean"]}
+    pieces = sum(pieces["wrapped"][1:]) / sum(pieces["clean"][1:])  # after the warm-up
     med = {c: statistics.median(t) for c, t in times.items()}
     print(
         f"per epoch ({updates} updates of batch 128; 256 units; torch threads "
@@ -115,7 +97,7 @@ def per_epoch(work: Path, args):
     print(
         f"  ratio with / without: {med['with'] / med['without']:.3f} (medians); per pair "
         f"{statistics.median(pairs):.3f}, quartiles {pairs[len(pairs) // 4]:.3f}-"
-        f"{pairs[3 * len(pairs) // 4]:.3f}; target pieces x{pieces[0] / pieces[1]:.3f}"
+        f"{pairs[3 * len(pairs) // 4]:.3f}; target pieces x{pieces:.3f}"
     )
     print(f"  sampling alone: {cost * 1e3:.1f} ms/batch = {cost / med['without']:.1%} of an update")
 

@@ -14,8 +14,8 @@ import tempfile
 import time
 
 from . import _common
-from ._common import alternate
-from ._lstm_models import BATCH, BPTT, build_network, training_step
+from ._common import BATCH, BPTT, alternate
+from ._lstm_models import build_network, training_step
 
 WPS_LINE = re.compile(r"\| train_inner \| (\{.*\})\s*$")
 
@@ -37,26 +37,15 @@ def run_inprocess(args, data_bin):
     import numpy as np
     import torch
 
-    task, trainer = _common.trainer(train_args(data_bin, "kn", args))
-    noised = task.dataset("train")
-    clean = noised.dataset
-
-    def step_over(dataset):  # the iterator fairseq-train builds; fetching, collating and noising
-        task.datasets["train"] = dataset  # happen in next(), as in fairseq-train
-        batches = trainer.get_train_iterator(epoch=1, load_dataset=False).next_epoch_itr()
-        return lambda: trainer.train_step([next(batches)])
-
-    steps = {"kn": step_over(noised), "none": step_over(clean)}
-    task.datasets["train"] = noised
     warmup = 5 if args.warmup is None else args.warmup
     print(
         f"in-process: {args.blocks} updates per condition, alternating (after {warmup} warm-up "
         f"updates each); torch threads {torch.get_num_threads()}",
         flush=True,
     )
-    times = alternate(steps, args.blocks, 1, warmup)
-    cost = _common.collate_cost(clean, noised, 400, BATCH, repeats=5)
-    kn, none = times["kn"], times["none"]
+    argv = train_args(data_bin, "kn", args)
+    times, _, cost, _ = _common.paired_updates(argv, args.blocks, warmup, BATCH, 400, repeats=5)
+    kn, none = times["wrapped"], times["clean"]
     pairs = [b / a for a, b in zip(kn, none)]
     boot = np.median(np.random.default_rng(0).choice(pairs, size=(2000, len(pairs))), axis=1)
     low, high = np.percentile(boot, [2.5, 97.5])
@@ -74,12 +63,11 @@ def run_inprocess(args, data_bin):
     )
     median, fast = statistics.median(none), float(np.percentile(none, 5))
     for what, ratio in (("median", median / statistics.median(kn)), ("mean", sum(none) / sum(kn))):
-        print(f"  ratio kn / none, {what + ' step times':25} : {ratio:.4f}")
+        print(f"  ratio kn / none, {what + ' step times':24} : {ratio:.4f}")
     print(f"  noising cost per batch (fetch + collate, noised minus clean): {cost * 1e3:.3f} ms")
     for what, t in (("median clean step", median), ("fastest clean steps (5th percentile)", fast)):
-        print(
-            f"    = {cost / t:.3%} of the {what}, {t * 1e3:.1f} ms: implied ratio {t / (t + cost):.4f}"
-        )
+        implied = f"implied ratio {t / (t + cost):.4f}"
+        print(f"    = {cost / t:.3%} of the {what}, {t * 1e3:.1f} ms: {implied}")
     return statistics.median(pairs)
 
 
@@ -160,7 +148,8 @@ def run_models(args, data_bin):
     for kind, step in steps.items():
         each = ", ".join(f"{args.steps * BATCH * BPTT / t:.1f}" for t in times[kind])
         print(
-            f"  {kind:8s} {speed[kind]:12.1f} words/s (best of rounds: {each}; last loss {float(step.loss):.3f})"
+            f"  {kind:8s} {speed[kind]:12.1f} words/s (best of rounds: {each}; last loss "
+            f"{float(step.loss):.3f})"
         )
     for other in ("stock", "plain"):
         print(f"  ratio noising/{other}: {speed['noising'] / speed[other]:.2f}x")
