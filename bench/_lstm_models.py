@@ -4,7 +4,7 @@ LSTM language model, fairseq's ``lstm_lm`` of the same sizes, and the same netwo
 
 from argparse import Namespace
 
-BATCH, BPTT = 20, 35
+from ._common import BPTT, ptb_batches
 
 
 def build_network(kind, dictionary, hidden, args, device):
@@ -37,19 +37,17 @@ def build_network(kind, dictionary, hidden, args, device):
 
 
 def training_step(kind, model, ids, args, device):
-    """A step of forward, cross entropy, backward and SGD on the next batch of Zaremba's layout
-    (BATCH contiguous rows, consecutive BPTT windows); the LSTM state carried, except by stock."""
+    """A step of forward, cross entropy, backward and SGD on the next of ``ptb_batches``; the LSTM
+    state carried, except by stock."""
     import torch
     import torch.nn.functional as F
 
-    n = (ids.numel() - 1) // BATCH
-    data, target = ids[: n * BATCH].view(BATCH, n), ids[1 : n * BATCH + 1].view(BATCH, n)
+    batches = ptb_batches(ids)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    carried, starts = [None], list(range(0, n - BPTT + 1, BPTT))
+    carried = [None]
 
     def step():
-        col = starts[step.count % len(starts)]
-        x, y = data[:, col : col + BPTT].to(device), target[:, col : col + BPTT].to(device)
+        x, y = (t.to(device) for t in batches[step.count % len(batches)])
         if kind == "noising":
             logits, extra = model(x, initial_state=carried[0])
             carried[0] = tuple(s.detach() for s in extra["final_state"])

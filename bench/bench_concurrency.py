@@ -1,12 +1,7 @@
 """Updates/s of N training runs side by side: how many rows of a table one device carries.
 
-For each N of ``--runs``, N copies of the none row of ``recipes/config/ptb_<size>.yaml`` run as
-``fairseq-hydra-train`` runs it (without the row's evaluation), on one device (``--mps``: under a
-CUDA MPS daemon of their own); a thread per run stamps its ``train_inner`` lines, and updates/s
-are counted over one window that opens once every run is warm (bench/README.md, section 4).
-
-    python -m bench.bench_concurrency --runs 1,4,7,9 --seconds 60 --size medium
-    python -m bench.bench_concurrency --device cpu --size small --runs 1,2
+N copies of the none row of ``recipes/config/ptb_<size>.yaml`` on one device (``--mps``: under a
+CUDA MPS daemon of their own), over one window once every run is warm (bench/README.md, section 4).
 """
 
 import argparse
@@ -23,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +26,6 @@ import numpy as np
 from fairseq_noising.mps import mps_daemon
 
 from . import _common
-
-REPO = _common.REPO
 
 PROG = "bench_concurrency.py"
 SIZES = ("small", "medium", "large")
@@ -50,23 +43,15 @@ def fail(message: str) -> None:
 
 
 def checked(kind, ok, expected):
-    """An argparse type: ``kind(text)`` where ``ok`` holds of it, else one line of what was
-    expected."""
+    """An argparse type: ``kind(text)`` where ``ok`` holds of it."""
 
     def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not ok(value):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
+        with suppress(ValueError):
+            if ok(value := kind(text)):
+                return value
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
 
     return parse
-
-
-def positive(kind):
-    return checked(kind, lambda value: value > 0, "a positive number")
 
 
 RUN_COUNTS = checked(
@@ -74,27 +59,24 @@ RUN_COUNTS = checked(
     lambda counts: min(counts) > 0 and len(set(counts)) == len(counts),
     "distinct positive run counts separated by commas, such as 1,4,7,9",
 )
+SECONDS = checked(float, lambda seconds: seconds > 0, "a positive number")
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = _common.parser(PROG, __doc__)
     parser.add_argument("--runs", type=RUN_COUNTS, default=[1, 2], help="run counts N (1,2)")
-    parser.add_argument("--seconds", type=positive(float), default=60.0, help="window (60)")
+    parser.add_argument("--seconds", type=SECONDS, default=60.0, help="window (60)")
     parser.add_argument(
         "--size", default="medium", choices=SIZES, help="the table, ptb_<size> (medium)"
     )
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if torch sees one")
     parser.add_argument("--mps", action="store_true", help="run under the NVIDIA MPS (cuda)")
-    parser.add_argument("--threads", type=positive(int), default=1, help="CPU threads a run (1)")
-    _common.add_ptb_argument(parser)
     parser.add_argument("--data-bin", type=Path, help="binarized PTB to read instead of binarizing")
-    parser.add_argument("--log-interval", type=positive(int), help="1 on the CPU, 10 on a GPU")
-    parser.add_argument("--warmup-updates", type=positive(int), help="5 log intervals")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
     if args.data_bin is None:
-        _common.check_ptb(args.ptb_dir)
+        args.data_bin = _common.binarized_ptb(args.ptb_dir, args.cache_dir)
     else:
         names = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
         missing = [name for name in names if not (args.data_bin / name).is_file()]
@@ -106,14 +88,6 @@ def parse_args(argv):
     if args.json is not None and not args.json.parent.is_dir():
         fail(f"--json {args.json}: folder {args.json.parent} does not exist")
     return args
-
-
-def choose_device(asked):
-    import torch
-
-    if asked == "cuda" and not torch.cuda.is_available():
-        fail(f"--device cuda but torch {torch.__version__} sees no GPU")
-    return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 class Run:
@@ -147,14 +121,6 @@ class Run:
         """num_updates at time t, interpolated between the log lines before and after it."""
         n = len(self.times)
         return float(np.interp(t, self.times[:n], self.updates[:n]))
-
-
-def stop(runs):
-    """Stops every run (``_common.stop``), then closes its log."""
-    _common.stop([run.proc for run in runs])
-    for run in runs:
-        run.reader.join(_common.GRACE)
-        run.log.close()
 
 
 def wait_until(runs, ready, deadline, waiting_for):
@@ -201,50 +167,46 @@ def measure(n, cmd, folder: Path, env, seconds, warmup):
         )
         return [(run.updates_at(closes) - run.updates_at(opened)) / seconds for run in runs]
     finally:
-        stop(runs)
+        _common.stop([run.proc for run in runs])
+        for run in runs:
+            run.reader.join(_common.GRACE)
+            run.log.close()
 
 
 def summarize(counts, per_run):
+    """The figures of each N, printed as a table."""
     rows = [
         dict(runs=n, per_run=r, mean=statistics.mean(r), min=min(r), sum=math.fsum(r))
         for n, r in zip(counts, per_run)
     ]
     alone = next((row["sum"] for row in rows if row["runs"] == 1), None)
+    print("   N  updates/s per run  slowest run      summed  speed-up over N=1")
     for row in rows:
         row["speedup"] = None if alone is None else row["sum"] / alone
-    return rows
-
-
-def table(rows):
-    lines = ["   N  updates/s per run  slowest run      summed  speed-up over N=1"]
-    for row in rows:
-        speedup = "n/a" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+        speedup = "n/a" if alone is None else f"{row['speedup']:.2f}x"
         mean, low, total = (f"{row[k]:.2f}" for k in ("mean", "min", "sum"))
-        lines.append(f"{row['runs']:>4}  {mean:>17}  {low:>11}  {total:>10}  {speedup:>17}")
-    return "\n".join(lines)
+        print(f"{row['runs']:>4}  {mean:>17}  {low:>11}  {total:>10}  {speedup:>17}", flush=True)
+    return rows
 
 
 def training_command(args, device, log_interval):
     """The none row of ``recipes/config/ptb_<size>.yaml`` as ``fairseq-hydra-train`` runs it,
     without its evaluation, with the measurement's settings; each run adds ``hydra.run.dir``."""
-    data = args.data_bin or _common.binarized_ptb(args.ptb_dir, args.cache_dir)
-    cmd = [_common.cli("fairseq-hydra-train"), "--config-dir", str(REPO / "recipes" / "config")]
+    cmd = [_common.cli("fairseq-hydra-train"), "--config-dir", str(_common.REPO / "recipes/config")]
     cmd += ["--config-name", f"ptb_{args.size}"]
-    cmd += [f"task.data={Path(data).resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
+    cmd += [f"task.data={args.data_bin.resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
     # without the row callback nothing registers ${fairseq_noising.user_dir:}: name the folder
-    cmd += ["~hydra.callbacks.row", f"common.user_dir={REPO / 'fairseq_noising'}"]
+    cmd += ["~hydra.callbacks.row", f"common.user_dir={_common.PLUGIN_DIR}"]
     cmd += [f"optimization.max_epoch={MAX_EPOCH}", f"common.log_interval={log_interval}"]
     return cmd + (["common.cpu=true"] if device == "cpu" else [])
 
 
 def main(argv=None):
     args = parse_args(argv)
-    device = choose_device(args.device)
-    log_interval = args.log_interval or (1 if device == "cpu" else 10)
-    warmup = args.warmup_updates or 5 * log_interval
-    threads = str(args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    env["PYTHONUNBUFFERED"] = "1"
+    device = _common.device(args.device, PROG)
+    log_interval = 1 if device == "cpu" else 10
+    warmup = 5 * log_interval
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     if device == "cuda":  # one GPU for every run (and for the MPS daemon)
         env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
         os.environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
@@ -268,8 +230,8 @@ def main(argv=None):
         shown = shlex.join(cmd + [f"hydra.run.dir={work / 'n<N>' / 'run<i>'}"])
         print(_common.machine_line(), flush=True)
         print(
-            f"ptb_{args.size} on {device}{' under MPS' if args.mps else ''}, {args.threads} thread(s) "
-            f"a run; window {args.seconds:g} s after {warmup} warm-up updates; each run:\n  {shown}",
+            f"ptb_{args.size} on {device}{' under MPS' if args.mps else ''}, one thread a run; "
+            f"window {args.seconds:g} s after {warmup} warm-up updates; each run:\n  {shown}",
             flush=True,
         )
         per_run = []
@@ -278,10 +240,9 @@ def main(argv=None):
             per_run.append(measure(n, cmd, work / f"n{n}", env, args.seconds, warmup))
             print(f"N={n}: updates/s " + ", ".join(f"{r:.2f}" for r in per_run[-1]), flush=True)
     rows = summarize(args.runs, per_run)
-    print(table(rows), flush=True)
     if args.json is not None:
         report = dict(machine=_common.machine_line(), size=args.size, device=device, mps=args.mps)
-        report.update(threads=args.threads, seconds=args.seconds, warmup_updates=warmup)
+        report.update(threads=1, seconds=args.seconds, warmup_updates=warmup)
         report.update(log_interval=log_interval, command=shown, rows=rows)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

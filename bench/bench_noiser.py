@@ -1,32 +1,22 @@
 """Noiser throughput (tokens/s) on PTB batches of 20 x 35, against the authors' per-token loop.
 
-The plugin's Noiser (every scheme; kn also through the collater step, ``noise_lm_batch``, and on
-``--stack`` batches per call), a faithful port of the authors' ``noise_batch`` (bigram KN branch of
-stanfordmlgroup/nlm-noising ``loader.py``) and Algorithm 1 with ``np.random.choice`` run in
-alternating rounds; tokens/s from the median batch time, next to the best pass (bench/README.md).
+Every scheme of the plugin, the collater step, a faithful port of the authors' bigram-KN
+``noise_batch`` and Algorithm 1 with ``np.random.choice`` take turns (bench/README.md, section 1).
 """
 
-import argparse
 import bisect
 import time
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 
 from . import _common
+from ._common import BATCH, BPTT
 
-BATCH, UNROLL = 20, 35
-
-
-def batches(tokens: np.ndarray):
-    """The authors' ``_reshape_data`` + ``get_batch``: list of (X, Y) int arrays [20, 35]."""
-    batch_len = tokens.shape[0] // BATCH
-    data = tokens[: BATCH * batch_len].reshape(BATCH, batch_len)
-    n = (batch_len - 1) // UNROLL
-    return [
-        (data[:, i * UNROLL : (i + 1) * UNROLL], data[:, i * UNROLL + 1 : (i + 1) * UNROLL + 1])
-        for i in range(n)
-    ]
+GAMMA = 0.2
+STACK = 64  # batches stacked into one call
+PLUGIN_BATCHES, LOOP_BATCHES, CHOICE_BATCHES = 200, 50, 5  # a round: each plugin scheme, ...
 
 
 # ------------------------------------------------ the authors' noise_batch (bigram KN), ported
@@ -53,8 +43,7 @@ class AuthorsLoader:
         hist_counts = np.array(
             [len(hist.get(sym, ())) for sym in dictionary.symbols], dtype=np.float64
         )
-        self.hist_freqs = hist_counts / hist_counts.sum()
-        self.hist_freqs_cumsum = np.cumsum(self.hist_freqs)
+        self.hist_freqs_cumsum = np.cumsum(hist_counts / hist_counts.sum())
 
 
 def sample_index(ps_cumsum):
@@ -102,40 +91,28 @@ class Timer:
     def __init__(self):
         self.times, self.fired, self.best_pass = {}, {}, {}
 
-    def run(self, label, fn, work, per_item=1):
-        """Times ``fn`` on each item of ``work``; an item holds ``per_item`` batches."""
+    def run(self, label, fn, items, size, r, per_item=1):
+        """Times ``fn`` on round ``r``'s ``size`` items; an item holds ``per_item`` batches."""
+        start = (r * size) % len(items)
+        work = (items[start:] + items[:start])[:size]
         times, fired, clock = self.times.setdefault(label, []), 0, time.perf_counter
         start = clock()
         for item in work:
             t0 = clock()
             fired += fn(item)
             times.append((clock() - t0) / per_item)
-        tokens = len(work) * per_item * BATCH * UNROLL
+        tokens = len(work) * per_item * BATCH * BPTT
         rate = tokens / (clock() - start)
         self.best_pass[label] = max(self.best_pass.get(label, 0.0), rate)
         self.fired[label] = fired / tokens
 
     def median_rate(self, label):
-        return BATCH * UNROLL / float(np.median(self.times[label]))
+        return BATCH * BPTT / float(np.median(self.times[label]))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="bench_noiser", description=__doc__.split("\n")[0])
-    _common.add_ptb_argument(parser)
-    parser.add_argument("--gamma", type=float, default=0.2, help="gamma_0 (default %(default)s)")
+    parser = _common.parser("bench_noiser", __doc__)
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (%(default)s)")
-    parser.add_argument(
-        "--plugin-batches", type=int, default=200, help="a round, each plugin scheme (%(default)s)"
-    )
-    parser.add_argument(
-        "--loop-batches", type=int, default=50, help="a round, the authors' loop (%(default)s)"
-    )
-    parser.add_argument(
-        "--stack", type=int, default=64, help="batches a call, stacked (%(default)s; 0: none)"
-    )
-    parser.add_argument(
-        "--choice-batches", type=int, default=5, help="a round, np.random.choice (0: none)"
-    )
     args = parser.parse_args(argv)
 
     data_bin = _common.binarized_ptb(args.ptb_dir, args.cache_dir)
@@ -151,13 +128,12 @@ def main(argv=None):
     tokens, dictionary, _ = _common.ptb_train_stream(data_bin)
     vocab_size, pad, blank = len(dictionary), dictionary.pad(), dictionary.index(BLANK_SYMBOL)
     stats = stream_stats(tokens, vocab_size)
-    all_batches = batches(tokens)
+    all_batches = _common.ptb_batches(tokens)
     specials = special_ids(dictionary)
     noisers = {
-        name: Noiser(build_scheme(name, stats, args.gamma, specials, blank, vocab_size), seed=1)
+        name: Noiser(build_scheme(name, stats, GAMMA, specials, blank, vocab_size), seed=1)
         for name in SCHEMES
     }
-    kn = noisers["kn"]
     plugin_items = [
         (x, y, np.arange(BATCH, dtype=np.int64) + BATCH * i) for i, (x, y) in enumerate(all_batches)
     ]
@@ -166,77 +142,59 @@ def main(argv=None):
             "id": torch.from_numpy(ids),
             "net_input": {
                 "src_tokens": torch.from_numpy(np.ascontiguousarray(x)),
-                "src_lengths": torch.full((BATCH,), UNROLL),
+                "src_lengths": torch.full((BATCH,), BPTT),
             },
             "target": torch.from_numpy(np.ascontiguousarray(y)),
         }
         for x, y, ids in plugin_items
     ]
+    stacked_items = [
+        tuple(np.concatenate([g[k] for g in plugin_items[i : i + STACK]]) for k in range(3))
+        for i in range(0, len(plugin_items) - STACK + 1, STACK)
+    ]
 
-    stacked_items = []
-    if args.stack > 0:
-        for start in range(0, len(plugin_items) - args.stack + 1, args.stack):
-            group = plugin_items[start : start + args.stack]
-            stacked_items.append(tuple(np.concatenate([g[k] for g in group]) for k in range(3)))
-
-    def plugin_fn(noiser):
-        def run(item):
-            x, y, ids = item
-            result = noiser(x, y, ids, positions_in_example(x, pad), 1)
-            return int(result.fired.sum())
-
-        return run
+    def plugin_fn(noiser, item):
+        x, y, ids = item
+        return int(noiser(x, y, ids, positions_in_example(x, pad), 1).fired.sum())
 
     def torch_fn(batch):
-        _, details = noise_lm_batch(batch, kn, 1, pad)
-        return int(details["target"].fired.sum())
+        return int(noise_lm_batch(batch, noisers["kn"], 1, pad)[1]["target"].fired.sum())
 
     t0 = time.perf_counter()
     loader = AuthorsLoader(tokens, dictionary)
     setup_s = time.perf_counter() - t0
     np.random.seed(1234)
 
-    def authors_fn(item):
-        x, y = item
-        x_, _ = authors_noise_batch_kn(x, y, loader, args.gamma)
-        return int((x_ != x).sum())  # replaced tokens (a draw may pick the same id: rare)
-
     # Algorithm 1 knows no special symbols: gamma for every id that has a successor, q = N1+(., x)
     total = stats.successor_total
     share = np.divide(stats.distinct_successors, total, out=np.zeros(vocab_size), where=total > 0)
-    gamma_of = np.clip(args.gamma * share, 0.0, 1.0)
+    gamma_of = np.clip(GAMMA * share, 0.0, 1.0)
     q = stats.distinct_predecessors / stats.distinct_predecessors.sum()
 
-    def choice_fn(item):
-        x, y = item
-        x_, _ = alg1_choice_kn(x, y, gamma_of, q, vocab_size)
-        return int((x_ != x).sum())
+    def replaced(noise):  # tokens replaced (a draw may pick the same id: rare)
+        return lambda item: int((noise(*item)[0] != item[0]).sum())
 
-    def window(items, size, r):
-        start = (r * size) % len(items)
-        return (items[start:] + items[:start])[:size]
+    authors = replaced(lambda x, y: authors_noise_batch_kn(x, y, loader, GAMMA))
+    choice = replaced(lambda x, y: alg1_choice_kn(x, y, gamma_of, q, vocab_size))
 
-    STACKED = f"plugin Noiser, kn, {args.stack} batches/call"
     KN, TORCH = "plugin Noiser, kn", "plugin noise_lm_batch, kn"
+    STACKED = f"plugin Noiser, kn, {STACK} batches/call"
     AUTHORS, CHOICE = "authors' loop (faithful port), kn", "Alg. 1 + np.random.choice, kn"
     timer = Timer()
     print(f"# {_common.machine_line()}")
     print(
         f"# PTB train: {tokens.size:,} tokens, V={vocab_size}, {len(all_batches)} batches of "
-        f"{BATCH}x{UNROLL}; gamma_0={args.gamma}; {args.rounds} alternating rounds"
+        f"{BATCH}x{BPTT}; gamma_0={GAMMA}; {args.rounds} alternating rounds"
     )
     wall = time.perf_counter()
     for r in range(args.rounds):
         for name in SCHEMES:
-            timer.run(name, plugin_fn(noisers[name]), window(plugin_items, args.plugin_batches, r))
-        timer.run(TORCH, torch_fn, window(torch_items, args.plugin_batches, r))
-        if stacked_items:
-            timer.run(STACKED, plugin_fn(kn), window(stacked_items, 2, r), args.stack)
-        timer.run(AUTHORS, authors_fn, window(all_batches, args.loop_batches, r))
-        if args.choice_batches > 0:
-            timer.run(CHOICE, choice_fn, window(all_batches, args.choice_batches, r))
-    timer.times[KN] = timer.times["kn"]
-    timer.best_pass[KN], timer.fired[KN] = timer.best_pass["kn"], timer.fired["kn"]
+            noiser = partial(plugin_fn, noisers[name])
+            timer.run(f"plugin Noiser, {name}", noiser, plugin_items, PLUGIN_BATCHES, r)
+        timer.run(TORCH, torch_fn, torch_items, PLUGIN_BATCHES, r)
+        timer.run(STACKED, partial(plugin_fn, noisers["kn"]), stacked_items, 2, r, STACK)
+        timer.run(AUTHORS, authors, all_batches, LOOP_BATCHES, r)
+        timer.run(CHOICE, choice, all_batches, CHOICE_BATCHES, r)
     wall = time.perf_counter() - wall
 
     print(f"\n{'implementation':<36}{'tokens/s':>12}{'us/batch':>10}{'best pass':>12}{'fired':>8}")
@@ -245,42 +203,27 @@ def main(argv=None):
     def line(label, shown=None):
         rate = timer.median_rate(label)
         print(
-            f"{shown or label:<36}{rate:>12,.0f}{BATCH * UNROLL / rate * 1e6:>10.1f}"
+            f"{shown or label:<36}{rate:>12,.0f}{BATCH * BPTT / rate * 1e6:>10.1f}"
             f"{timer.best_pass[label]:>12,.0f}{timer.fired[label]:>8.2%}"
         )
 
-    for label in (KN, TORCH, AUTHORS) + ((CHOICE,) if args.choice_batches > 0 else ()):
+    for label in (KN, TORCH, AUTHORS, CHOICE, STACKED):
         line(label)
-    if stacked_items:
-        line(STACKED)
     ratio = timer.median_rate(KN) / timer.median_rate(AUTHORS)
-    print()
     print(
-        f"ratio plugin Noiser / authors' loop (kn, gamma_0={args.gamma}): {ratio:.1f}x "
+        f"\nratio plugin Noiser / authors' loop (kn, gamma_0={GAMMA}): {ratio:.1f}x "
         f"(best passes: {timer.best_pass[KN] / timer.best_pass[AUTHORS]:.1f}x)   goal >= 20x"
     )
-    print(
-        f"ratio plugin noise_lm_batch / authors' loop:            "
-        f"{timer.median_rate(TORCH) / timer.median_rate(AUTHORS):.1f}x"
-    )
-    if stacked_items:
-        print(
-            f"ratio plugin Noiser, {args.stack} batches per call / authors' loop: "
-            f"{timer.median_rate(STACKED) / timer.median_rate(AUTHORS):.1f}x"
-        )
-    if args.choice_batches > 0:
-        print(
-            f"ratio plugin Noiser / Alg. 1 + np.random.choice:        "
-            f"{timer.median_rate(KN) / timer.median_rate(CHOICE):.0f}x"
-        )
-    print(
-        f"(per round: {args.plugin_batches} batches per plugin scheme, {args.loop_batches} for the "
-        f"authors' loop, {args.choice_batches} for np.random.choice; authors' tables built in "
-        f"{setup_s:.1f} s, not timed; timed part {wall:.1f} s)"
-    )
+    for text, label, base in (
+        ("plugin noise_lm_batch / authors' loop:           ", TORCH, AUTHORS),
+        (f"plugin Noiser, {STACK} batches per call / authors' loop:", STACKED, AUTHORS),
+        ("plugin Noiser / Alg. 1 + np.random.choice:       ", KN, CHOICE),
+    ):
+        print(f"ratio {text} {timer.median_rate(label) / timer.median_rate(base):.1f}x")
+    print(f"(authors' tables built in {setup_s:.1f} s, not timed; timed part {wall:.1f} s)")
     print("\nplugin Noiser, every scheme:")
     for name in SCHEMES:
-        line(name, f"  {name}")
+        line(f"plugin Noiser, {name}", f"  {name}")
 
 
 if __name__ == "__main__":

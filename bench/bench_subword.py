@@ -1,21 +1,9 @@
-#!/usr/bin/env python
 """Subword sampling's cost on the CPU, on Multi30k En-De with 8k sentencepiece pieces per language.
 
-1. Per sentence: each sampler (unigram over every segmentation, unigram over the 64 best of each
-   sentence, BPE-dropout), alpha 0.1, on batches of 128 German training sentences, the three
-   taking turns; the median time per sentence, and how many pieces a sampled sentence has
-   against its binarized segmentation.
-2. Per epoch: updates of the 256-unit encoder-decoder (multi30k_spm_cpu's model, SGD, batch 128)
-   on the same batches without and with sampling on both sides (``--alpha``, ``--nbest``),
-   alternating update by update in one process, so that the machine's load hits both alike;
-   the epoch time each implies (median update time x updates per epoch), their ratio, and the
-   sampling's share (collating with sampling minus without).
-
-The data is what ``SPM=1 SPM_VOCAB=8000 bash recipes/multi30k.sh`` binarizes, made once into
-``--cache-dir``. Run from the repository root: ``.venv/bin/python -m bench.bench_subword``.
+Per sentence, the three samplers taking turns; per epoch, updates of multi30k_spm_cpu's 256-unit
+model without and with sampling, alternating in one process (bench/README.md, section 7).
 """
 
-import argparse
 import os
 import statistics
 import time
@@ -24,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from bench import _common
 from fairseq_noising.data_prep import ptb
 from fairseq_noising.data_prep.subwords import spm_dir, train_model
 from fairseq_noising.data_prep.translation import copy_plain
 from fairseq_noising.subword import SubwordModel, SubwordSampler
+
+from . import _common
 
 
 def prepared(multi30k: Path, cache: Path) -> Path:
@@ -86,53 +75,16 @@ def per_sentence(work: Path, rounds: int, batches: int):
 
 def per_epoch(work: Path, args):
     import torch
-    from fairseq import options, tasks, utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.trainer import Trainer
 
-    import fairseq_noising.fairseq_plugin  # noqa: F401  (imported before fairseq: register now)
-
-    argv = [str(work / "data-bin"), "--user-dir", str(_common.PLUGIN_DIR), "--cpu"]
-    argv += ["--task", "noised_translation", "-s", "en", "-t", "de", "--seed", "1"]
-    argv += ["--arch", "noising_lstm_iwslt_en_de", "--hidden-size", "256", "--num-workers", "0"]
-    argv += ["--criterion", "cross_entropy", "--sentence-avg", "--batch-size", "128"]
-    argv += ["--required-batch-size-multiple", "1", "--optimizer", "sgd", "--lr", "1.0"]
-    argv += ["--clip-norm", "5", "--subword-sampling-alpha", str(args.alpha)]
-    argv += ["--subword-sampling-nbest", str(args.nbest)]
-    cfg = convert_namespace_to_omegaconf(
-        options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
-    )
-    utils.import_user_module(cfg.common)
-    task = tasks.setup_task(cfg.task)
-    task.load_dataset("train", epoch=1)
-    sampled = task.dataset("train")
-    model = task.build_model(cfg.model)
-    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
-
-    def batches(dataset):
-        return task.get_batch_iterator(
-            dataset, max_sentences=128, seed=1, epoch=1, disable_iterator_cache=True
-        ).next_epoch_itr(shuffle=True)
-
-    itrs = {"with": batches(sampled), "without": batches(sampled.dataset)}
-    updates = len(batches(sampled.dataset))
-    times, pieces = {"with": [], "without": []}, [0, 0]
-    for i in range(args.updates + 1):
-        for condition in ("with", "without") if i % 2 else ("without", "with"):
-            t = time.perf_counter()
-            batch = next(itrs[condition])
-            trainer.train_step([batch])
-            if i:  # the first pair warms up
-                times[condition].append(time.perf_counter() - t)
-                pieces[condition == "without"] += int(batch["ntokens"])
-    ids = list(range(0, len(sampled), max(1, len(sampled) // 2560)))[:2560]
-    cost = []  # collating a batch with sampling, minus without
-    for chunk in (ids[i : i + 128] for i in range(0, len(ids), 128)):
-        t0 = time.perf_counter()
-        sampled.dataset.collater([sampled.dataset[i] for i in chunk])
-        t1 = time.perf_counter()
-        sampled.collater([sampled[i] for i in chunk])
-        cost.append((time.perf_counter() - t1) - (t1 - t0))
+    argv = [str(work / "data-bin"), "--user-dir", str(_common.PLUGIN_DIR)] + (
+        "--cpu --task noised_translation -s en -t de --seed 1 --arch noising_lstm_iwslt_en_de "
+        "--hidden-size 256 --num-workers 0 --criterion cross_entropy --sentence-avg --batch-size "
+        "128 --required-batch-size-multiple 1 --optimizer sgd --lr 1.0 --clip-norm 5 "
+        f"--subword-sampling-alpha {args.alpha} --subword-sampling-nbest {args.nbest}"
+    ).split()
+    times, pieces, cost, updates = _common.paired_updates(argv, args.updates, 1, 128, 2560)
+    times = {"with": times["wrapped"], "without": times["clean"]}
+    pieces = sum(pieces["wrapped"][1:]) / sum(pieces["clean"][1:])  # after the warm-up
     med = {c: statistics.median(t) for c, t in times.items()}
     print(
         f"per epoch ({updates} updates of batch 128; 256 units; torch threads "
@@ -145,17 +97,13 @@ def per_epoch(work: Path, args):
     print(
         f"  ratio with / without: {med['with'] / med['without']:.3f} (medians); per pair "
         f"{statistics.median(pairs):.3f}, quartiles {pairs[len(pairs) // 4]:.3f}-"
-        f"{pairs[3 * len(pairs) // 4]:.3f}; target pieces x{pieces[0] / pieces[1]:.3f}"
+        f"{pairs[3 * len(pairs) // 4]:.3f}; target pieces x{pieces:.3f}"
     )
-    share = statistics.median(cost)
-    print(
-        f"  sampling alone: {share * 1e3:.1f} ms/batch = {share / med['without']:.1%} of an update"
-    )
+    print(f"  sampling alone: {cost * 1e3:.1f} ms/batch = {cost / med['without']:.1%} of an update")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    _common.add_ptb_argument(p)  # --cache-dir; the Multi30k folder is beside PTB's
+    p = _common.parser("bench_subword", __doc__)  # the Multi30k folder is beside PTB's
     p.add_argument("--multi30k-dir", type=Path, help="default: the --ptb-dir's ../multi30k")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batches", type=int, default=20, help="batches of 128 per round")
