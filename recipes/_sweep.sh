@@ -15,12 +15,14 @@ if [ "${MPS:-0}" = 1 ]; then "$BIN/python" recipes/mps.py --check --prog "$NAME"
 # sweep CONFIG SWEEP_DIR PAGE [OVERRIDE...]: every row of recipes/config/CONFIG.yaml side by side
 # (fairseq-hydra-train -m; each row a folder of SWEEP_DIR, resumed when run again), under a CUDA
 # MPS daemon of its own with MPS=1, each row's training stopped within TIME_BUDGET hours less
-# EVAL_RESERVE, then the results page copied to PAGE (with its logs and figure).
+# EVAL_RESERVE, then the results page copied to PAGE (with its logs and figure). DATA_ONLY=1 stops
+# before it: the data is ready, no row runs.
 # The page is written even when rows failed; a sweep that started no row (a refused MPS=1, a bad
 # override) ends with its own error alone. The status is the sweep's.
 sweep() {
   local config=$1 dir=$2 page=$3 status=0
   shift 3
+  if [ "${DATA_ONLY:-0}" = 1 ]; then echo "$NAME: data ready in $WORK (DATA_ONLY=1: no sweep)"; return 0; fi
   local cmd=("$BIN/fairseq-hydra-train" -m --config-dir recipes/config --config-name "$config"
              "hydra.sweep.dir=$dir" "$@")
   if [ -n "${TIME_BUDGET:-}" ]; then  # hours per row, EVAL_RESERVE of them (default a fifth,

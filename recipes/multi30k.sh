@@ -9,7 +9,9 @@
 #
 # Environment: MULTI30K_DIR (train/val/test .en/.de; default ../shared/data/multi30k beside the
 # repository when it is there, else downloaded), CONFIG, WORK (default runs/multi30k), RESULTS_DIR
-# (default results), NWORDS, SPM SPM_VOCAB SPM_JOINT, MPS=1, VENV. OVERRIDEs as in ptb.sh.
+# (default results), NWORDS, SPM SPM_VOCAB SPM_JOINT, MPS=1, TIME_BUDGET, EVAL_RESERVE, VENV,
+# DATA_ONLY=1 (prepare WORK/{raw,tok,data-bin} and stop; with them there, nothing is downloaded).
+# OVERRIDEs as in ptb.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/_sweep.sh
@@ -19,7 +21,7 @@ URL=https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw
 
 # 1. data, and the raw pairs without each file's extra empty last line
 if [ -z "${MULTI30K_DIR:-}" ] && [ -f ../shared/data/multi30k/train.en ]; then MULTI30K_DIR=../shared/data/multi30k; fi
-if [ -z "${MULTI30K_DIR:-}" ]; then
+if [ -z "${MULTI30K_DIR:-}" ] && [ ! -f "$WORK/raw/test.de" ]; then
   MULTI30K_DIR=$WORK/multi30k
   for f in train.en train.de val.en val.de test_2016_flickr.en test_2016_flickr.de; do
     [ -f "$MULTI30K_DIR/${f/_2016_flickr/}.gz" ] || curl -fsSL --create-dirs -o "$MULTI30K_DIR/${f/_2016_flickr/}.gz" "$URL/$f.gz" ||

@@ -10,7 +10,8 @@
 # Environment: PTB_DIR (ptb.{train,valid,test}.txt; default: downloaded from the Zaremba et al.
 # repository into WORK), SIZE (small, medium or large; default medium), WORK (default runs/ptb),
 # RESULTS_DIR (default results), MPS=1 (a CUDA MPS daemon for the rows), TIME_BUDGET (hours per row)
-# and EVAL_RESERVE (hours of it kept for the evaluation; default a fifth, at least 2 min), VENV.
+# and EVAL_RESERVE (hours of it kept for the evaluation; default a fifth, at least 2 min), VENV,
+# DATA_ONLY=1 (prepare WORK/data-bin and stop; without PTB_DIR a binarized WORK/data-bin is enough).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source recipes/_sweep.sh

@@ -152,7 +152,11 @@ def test_the_multi30k_recipe_scores_bleu_against_the_raw_references(tmp_path):
 
 
 def test_the_folders_the_readme_has_users_write_are_ignored_by_git():
-    # the README binarizes into data-bin/ and the recipes train into runs/
-    for path in ("data-bin/ptb/dict.txt", "runs/ptb/medium/none-g0-s1/checkpoint_last.pt"):
+    # the README binarizes into data-bin/, the recipes train into runs/ and a GPU window into .gpu/
+    for path in (
+        "data-bin/ptb/dict.txt",
+        "runs/ptb/medium/none-g0-s1/checkpoint_last.pt",
+        ".gpu/ptb/medium/none-g0-s1/checkpoint_last.pt",
+    ):
         done = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO)
         assert done.returncode == 0, f"{path} is not ignored"
