@@ -49,7 +49,8 @@ setup(
         "hydra-joblib-launcher==1.2.0",
         "hydra-submitit-launcher==1.2.0",
     ],
-    extras_require={"test": ["pytest", "ruff==0.17.6"]},  # ruff: lint and format (ruff.toml)
+    # ruff: lint and format (ruff.toml); pytest-xdist: the suite on every core (README)
+    extras_require={"test": ["pytest", "pytest-xdist==3.8.0", "ruff==0.17.6"]},
     entry_points={
         "console_scripts": [
             "fairseq-noise-preview = fairseq_noising.cli.preview:cli_main",

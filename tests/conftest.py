@@ -364,3 +364,27 @@ def pytest_configure(config):
         "markers",
         "slow: real data, subprocesses or training runs (the fast tier is pytest -m 'not slow')",
     )
+    config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
+
+
+# modules whose module-scoped fixtures are costly (a wheelhouse, trained models): built once
+ONE_WORKER_MODULES = {
+    "test_offline_install",
+    "test_cli_end_to_end",
+    "test_analyze",
+    "test_preview",
+    "test_stateful_eval",
+    "test_translation_noising",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's ``--dist loadgroup`` (the README's test command), the tests that use
+    the one-node SLURM cluster run in one worker (one cluster), and so do the tests of each
+    module in ONE_WORKER_MODULES."""
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2]
+        if "slurm_cluster" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif module in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
