@@ -15,11 +15,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import data_cache
-import pytest
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers share the cores: one thread each, in them and in what they start
+    # (torch's default, a thread per core in every process, oversubscribes the cores: a training
+    # with data-loading workers then took 7 times as long)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-from fairseq_noising.data_prep import ptb as prepare_ptb
-from fairseq_noising.data_prep.subwords import spm_dir, train_model
+import data_cache  # noqa: E402
+import pytest  # noqa: E402
+
+from fairseq_noising.data_prep import ptb as prepare_ptb  # noqa: E402
+from fairseq_noising.data_prep.subwords import spm_dir, train_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
@@ -107,6 +114,17 @@ def shared_or_exit(name) -> Path:
 def cli(name: str) -> str:
     """A console script of the running interpreter's environment (fairseq-train, ...)."""
     return str(Path(sys.executable).parent / name)
+
+
+def checkpoint_state(path):
+    """A checkpoint fairseq-train wrote, loaded as the plugin loads them (its allow-list: torch
+    >= 2.6 loads with weights_only=True), whichever tests ran before in this process."""
+    import torch
+
+    from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
+
+    allow_fairseq_checkpoints()
+    return torch.load(path, map_location="cpu")
 
 
 def run_cli(args, cwd=None, timeout=900, check=True, env=None):

@@ -10,7 +10,7 @@ training one epoch then resuming from checkpoint_last.pt gives the uninterrupted
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_LM, build_task, lm_train_argv, mt_train_argv, run_cli
+from conftest import TINY_LM, build_task, checkpoint_state, lm_train_argv, mt_train_argv, run_cli
 
 pytestmark = pytest.mark.slow  # tasks over real data and fairseq-train runs
 
@@ -77,7 +77,7 @@ def train(data, save_dir, *extra, scheme="kn"):
     flags += ["--seed", 11, "--save-dir", save_dir, "--no-epoch-checkpoints"]
     options = dict(model=TINY_LM, scheme=scheme, gamma=0.5, lr=1.0)
     run_cli(["fairseq-train", *lm_train_argv(data, *flags, *extra, **options)])
-    state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu")
+    state = checkpoint_state(save_dir / "checkpoint_last.pt")
     return state["model"]
 
 

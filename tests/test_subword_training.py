@@ -12,7 +12,15 @@ import shutil
 import pytest
 import sentencepiece as spm
 import torch
-from conftest import TINY_LM, TINY_MT, build_task, lm_train_argv, mt_train_argv, run_cli
+from conftest import (
+    TINY_LM,
+    TINY_MT,
+    build_task,
+    checkpoint_state,
+    lm_train_argv,
+    mt_train_argv,
+    run_cli,
+)
 
 pytestmark = pytest.mark.slow  # real data, fairseq-train runs
 
@@ -125,7 +133,7 @@ def train(data, save_dir, *extra):
     flags += ["--seed", 5, "--save-dir", save_dir, "--no-epoch-checkpoints", *extra]
     argv = mt_train_argv(data, *flags, model=TINY_MT, scheme="kn", gamma=0.2, lr=1.0)
     run_cli(["fairseq-train", *argv])
-    return torch.load(save_dir / "checkpoint_last.pt", map_location="cpu")["model"]
+    return checkpoint_state(save_dir / "checkpoint_last.pt")["model"]
 
 
 def same_model(a, b):
@@ -151,5 +159,5 @@ def test_a_language_model_trains_with_sampling(tmp_path, ptb_tiny_bin):
     flags = [*SAMPLING, "--max-update", 3, "--batch-size", 8, "--save-dir", tmp_path / "ckpt"]
     proc = run_cli(["fairseq-train", *lm_train_argv(data, *flags, model=TINY_LM, lr=1.0)])
     assert "subword sampling with" in proc.stdout + proc.stderr
-    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu")
+    state = checkpoint_state(tmp_path / "ckpt" / "checkpoint_last.pt")
     assert state["optimizer_history"][-1]["num_updates"] == 3
