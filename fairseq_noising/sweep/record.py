@@ -208,9 +208,8 @@ def read(run_dir: str) -> Optional[Dict]:
     )
     # without checkpoint_last.pt: what it said when the training returned, or when a page copied
     # the row (a page's records)
-    said = (rec or {}).get("at_end") or (rec or {}).get("as_paged")
-    row["training"] = progress.training(run_dir, cfg, said)
     paged = (rec or {}).get("as_paged")  # a page's copy: the row as it was when paged
+    row["training"] = progress.training(run_dir, cfg, (rec or {}).get("at_end") or paged)
     if row["status"] == "training" and not paged and alive(row.get("process")) is False:
         row["status"] = "stopped"
     return row
