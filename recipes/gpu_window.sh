@@ -44,14 +44,9 @@ copy() {
 trap 'kill $COPIER 2>/dev/null || true; exec > /dev/null 2>&1; sleep 1; copy' EXIT  # tee's last lines too
 trap 'exit 143' TERM INT
 
-# 2. the plugin, once: a venv that sees the node's packages (its CUDA torch; also when the node's
-#    python3 is itself a venv, whose packages a nested venv does not see), the wheels into it
+# 2. the plugin, once: a venv over the node's python (it sees its CUDA torch), the wheels into it
 if [ -x "$VENV/bin/fairseq-hydra-train" ]; then echo "$VENV/bin/fairseq-hydra-train found: nothing to install"
-else
-  "$PYTHON" -m venv --system-site-packages "$VENV"
-  "$PYTHON" -c 'import site; print("import site;", *(f"site.addsitedir({p!r});" for p in site.getsitepackages()))' > \
-    "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/node-site.pth"
-  "$PYTHON" tools/wheelhouse.py install "$GPU_DIR/wheelhouse" --venv "$VENV"
+else PYTHON="$PYTHON" bash recipes/setup.sh --from-wheelhouse "$GPU_DIR/wheelhouse" --over "$PYTHON"
 fi
 
 # hours left of this call; a row's time budget is fairseq's clock, summed over the calls that

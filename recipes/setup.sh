@@ -17,12 +17,13 @@
 #     needs only for speech tasks) into DIR, for that Python (default: PYTHON's) and platform,
 #     with a manifest DIR/wheelhouse.json; --with-torch adds that exact torch and its needs;
 #     --target-has leaves out what the target has (FILE: its pip list --format=freeze).
-#   bash recipes/setup.sh --from-wheelhouse DIR [--python PY]
+#   bash recipes/setup.sh --from-wheelhouse DIR [--python PY | --over PY]
 #     (offline) pip install --no-index from DIR into the environment of PY, a path or a command
 #     (python3 of a machine image that is a virtual environment with its own CUDA torch), or of
-#     VENV (created if missing), keeping the torch already there. Checks DIR against that Python
-#     first and stops with one line (a missing or damaged wheel, another Python version or
-#     platform, no torch anywhere).
+#     VENV (created if missing), keeping the torch already there; --over PY: VENV is made over
+#     PY's environment (it sees PY's packages, its torch; PY's environment is left as it is).
+#     Checks DIR against that Python first and stops with one line (a missing or damaged wheel,
+#     another Python version or platform, no torch anywhere).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON=${PYTHON:-python3}

@@ -25,6 +25,7 @@ import zipfile
 from email.parser import HeaderParser
 from importlib.metadata import version as installed_version
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import REPO, TINY_LM
@@ -332,8 +333,7 @@ def test_install_into_an_image_environment_keeps_its_torch(wheelhouse, fresh_ven
         env=env,
         check=True,
     )
-    state = subprocess.run([python3, "-c", TORCH_STATE], env=env, capture_output=True, text=True)
-    before = json.loads(state.stdout)
+    before = torch_state(python3, env)
     assert Path(before["prefix"]) == venv and len(before["files"]) == 2, before
 
     proc = setup_sh("--from-wheelhouse", wheelhouse, "--python", "python3", env=env, cwd=tmp_path)
@@ -348,8 +348,7 @@ def test_install_into_an_image_environment_keeps_its_torch(wheelhouse, fresh_ven
     assert ready and ready[1] == before["version"], out[-3000:]
     assert Path(ready[2]).is_relative_to(venv), ready[2]  # into the image's environment
 
-    state = subprocess.run([python3, "-c", TORCH_STATE], env=env, capture_output=True, text=True)
-    assert json.loads(state.stdout) == before  # the same torch, its files untouched
+    assert torch_state(python3, env) == before  # the same torch, its files untouched
 
 
 def pip_in(python, *args, env):
@@ -362,27 +361,77 @@ def pip_in(python, *args, env):
     )
 
 
-def test_a_wheelhouse_of_what_the_target_lacks(wheelhouse, fresh_venv, tmp_path):
+def torch_state(python, env):
+    proc = subprocess.run([python, "-c", TORCH_STATE], env=env, capture_output=True, text=True)
+    return json.loads(proc.stdout)
+
+
+LACKING = {"fairseq-noising", "ve-fairseq", "hydra-core", "omegaconf"}
+
+
+@pytest.fixture(scope="module")
+def image(fresh_venv, tmp_path_factory):
+    """A machine image's environment (the fresh one) that lacks four of the plugin's packages,
+    its python3 first on PATH; the rest listed with ``pip list --format=freeze``, and a
+    wheelhouse built ``--target-has`` that list."""
+    venv, root = fresh_venv[0], tmp_path_factory.mktemp("image")
+    env = offline_env(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    del env["PYTHON"]  # setup.sh runs the image's python3 too
+    python3 = venv / "bin" / "python3"
+    pip_in(python3, "uninstall", "-q", "-y", *LACKING, env=env)
+    freeze = pip_in(python3, "list", "--format=freeze", env=env).stdout
+    (root / "target.txt").write_text(freeze)
+    online = dict(os.environ, PYTHON=sys.executable)
+    setup_sh("--build-wheelhouse", root / "house", "--target-has", root / "target.txt", env=online)
+    return SimpleNamespace(python3=python3, env=env, freeze=freeze, house=root / "house")
+
+
+def test_a_new_environment_over_an_image_sees_it_and_leaves_it_as_it_was(image, tmp_path):
+    """``--over python3``: a new environment over the image's (itself a virtual environment, as
+    a GPU image's python3 is): the wheels the image lacks land there, the image's torch and
+    the rest are used from the image, whose packages and torch files stay as they were."""
+    env, python3 = {**image.env, "VENV": str(tmp_path / "over")}, image.python3
+    pip_in(python3, "uninstall", "-q", "-y", *LACKING, env=env)  # as the fixture left it
+    torch_before = torch_state(python3, env)
+    proc = setup_sh("--from-wheelhouse", image.house, "--over", "python3", env=env, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    only_the_wheelhouse_looked_at(out, image.house)
+    assert "warning" not in out, out[-3000:]
+    over = tmp_path / "over"
+    assert f"creating {over} over the environment of {python3}" in out, out[-3000:]
+    assert f"keeping torch {torch_before['version']} of {over / 'bin' / 'python'}" in out
+    installed = re.search(r"^Successfully installed (.*)$", out, re.M)[1].split()
+    assert sorted(n.rpartition("-")[0] for n in installed) == sorted(LACKING)
+    ready = READY.search(out)
+    assert ready and ready[1] == torch_before["version"], out[-3000:]
+    assert Path(ready[2]).is_relative_to(over), ready[2]  # the plugin from the new environment
+    own = site_contents(over / "bin" / "python")
+    assert "over.pth" in own and "fairseq_noising" in own and not [n for n in own if "torch" in n]
+    assert (over / "bin" / "fairseq-hydra-train").read_text().startswith(f"#!{over}/bin/python")
+
+    # the image: the same packages, its torch's files untouched
+    assert pip_in(python3, "list", "--format=freeze", env=env).stdout == image.freeze
+    assert torch_state(python3, env) == torch_before
+
+
+def test_a_wheelhouse_of_what_the_target_lacks(wheelhouse, image, tmp_path):
     """``--target-has``: the image environment lacks four of the plugin's packages and lists
     the rest with ``pip list --format=freeze``. The wheelhouse built for it holds those four
     alone and leaves the others to it, at its versions; installed there, the four land, and
     nothing else is touched. A target that lost one of the packages left to it, or has another
     version of a pinned one, stops with one line before anything is installed; a pin that the
     plugin's requirements exclude stops the build."""
-    venv = fresh_venv[0]
-    env = offline_env(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    del env["PYTHON"]
-    python3 = venv / "bin" / "python3"
-    lacking = {"fairseq-noising", "ve-fairseq", "hydra-core", "omegaconf"}
-    pip_in(python3, "uninstall", "-q", "-y", *lacking, env=env)
-    freeze = pip_in(python3, "list", "--format=freeze", env=env).stdout
-    (tmp_path / "target.txt").write_text(freeze)
+    env, python3, freeze, house, lacking = (
+        image.env,
+        image.python3,
+        image.freeze,
+        image.house,
+        LACKING,
+    )
+    pip_in(python3, "uninstall", "-q", "-y", *lacking, env=env)  # as the fixture left it
     has = dict(line.split("==") for line in freeze.split())
     has = {canonicalize_name(n): v for n, v in has.items()}
-
-    house = tmp_path / "house"
     online = dict(os.environ, PYTHON=sys.executable)
-    setup_sh("--build-wheelhouse", house, "--target-has", tmp_path / "target.txt", env=online)
     manifest = manifest_of(house)
     assert {w["name"] for w in manifest["wheels"]} == lacking
     assert sorted(n for n in os.listdir(house) if n.endswith(".whl")) == sorted(
@@ -491,6 +540,10 @@ def test_bad_input_stops_with_one_line_before_installing(wheelhouse, bare_python
     assert "--python no-such-python: no such executable" in fails(
         wheelhouse, "--python", "no-such-python"
     )
+    assert "--over no-such-python: no such executable" in fails(
+        wheelhouse, "--over", "no-such-python"
+    )
+    assert "give one" in fails(wheelhouse, "--python", bare_python, "--over", bare_python)
 
     lacking = partial_copy(wheelhouse, tmp_path / "lacking", drop={"sacrebleu"})
     msg = fails(lacking)
@@ -518,6 +571,7 @@ def test_bad_input_stops_with_one_line_before_installing(wheelhouse, bare_python
     assert "damaged" in msg and files["sacrebleu"] in msg, msg
 
     assert "has no pip" in fails(wheelhouse)  # everything else in order
+    assert "has no pip" in fails(wheelhouse, "--over", bare_python)  # checked as PY, not made
 
     # a wheel that does not suit the interpreter: pip's dry run finds it (here with the pip of
     # this Python, which would make the virtual environment)

@@ -4,7 +4,7 @@
     python tools/wheelhouse.py build DIR [--python-version 3.12] [--platform PLAT]
                                            [--with-torch torch==2.13.0 | --with-torch FILE.whl]
                                            [--target-has FILE]
-    python tools/wheelhouse.py install DIR [--python PY | --venv DIR]
+    python tools/wheelhouse.py install DIR [--python PY | --venv DIR [--over PY]]
 
 ``recipes/setup.sh --build-wheelhouse`` and ``--from-wheelhouse`` run it; how it works (the torch
 placeholders, --target-has, the manifest, the checks before installing) is in docs/wheelhouse.md.
@@ -34,6 +34,9 @@ def main(argv=None):
     i.add_argument("dir")
     i.add_argument("--python", help="the target environment's interpreter (path or command)")
     i.add_argument("--venv", default=str(REPO / ".venv"), help="else this venv, made if missing")
+    i.add_argument(
+        "--over", metavar="PY", help="make the venv over PY's environment: it sees PY's packages"
+    )
     args = parser.parse_args(argv)
     try:
         (build if args.command == "build" else install)(args)

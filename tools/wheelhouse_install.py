@@ -1,5 +1,6 @@
 """``wheelhouse.py install``: the wheelhouse checked against the target interpreter, then installed
-with no index, keeping the target's torch (docs/wheelhouse.md)."""
+with no index, keeping the target's torch; or into a new environment over the target's
+(docs/wheelhouse.md)."""
 
 import json
 import re
@@ -26,6 +27,12 @@ print(f"fairseq-noising ready: torch {torch.__version__}, fairseq {fairseq.__ver
       f"--user-dir {os.path.dirname(fairseq_noising.__file__)}")"""
 
 
+# over.pth: one line, run when the new environment starts, adding the site directories of the
+# interpreter it is made over, in its order (their .pth files read too)
+OVER_PTH = """import site
+print("import site;", *(f"site.addsitedir({p!r});" for p in site.getsitepackages()))"""
+
+
 def run_python(python, code, *args, flags=()):
     proc = subprocess.run([str(python), *flags, "-c", code, *args], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -46,18 +53,40 @@ def read_manifest(folder):
     return manifest
 
 
+def make_venv(venv, python, over):
+    """A new virtual environment made by ``python``; over its environment: one that sees
+    ``python``'s packages (its torch, pip), as ``python`` sees them, also where that is itself a
+    virtual environment (which ``--system-site-packages`` would not see), and nothing of its own."""
+    flags = ["--without-pip"] if over else []
+    subprocess.run([str(python), "-m", "venv", *flags, str(venv)], check=True)
+    new = venv / "bin" / "python"
+    if over:
+        purelib = run_python(new, "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+        (Path(purelib) / "over.pth").write_text(run_python(python, OVER_PTH) + "\n")
+    return new
+
+
 def install(args):
     folder = Path(args.dir).resolve()
     manifest, venv = read_manifest(folder), Path(args.venv).resolve()
-    create = None  # the target: --python (a path or a command), or --venv, made if missing
-    if args.python:  # links not resolved: a virtual environment's python is one
+    # the target: --python (a path or a command), or --venv, made if missing (over --over's)
+    create = over = None
+    if args.python and args.over:
+        raise Error(
+            "--python installs into PY's environment, --over into a new one over it: give one"
+        )
+    for flag, command in (("--python", args.python), ("--over", args.over)):
+        if command and not shutil.which(command):  # links not resolved: a venv's python is one
+            raise Error(f"{flag} {command}: no such executable")
+    if args.python:
         python = shutil.which(args.python)
-        if not python:
-            raise Error(f"--python {args.python}: no such executable")
     elif (venv / "bin" / "python").exists():
         python = venv / "bin" / "python"
     elif venv.exists() and any(venv.iterdir()):
         raise Error(f"--venv {venv} is a folder but not a virtual environment (no bin/python)")
+    elif args.over:  # checked against PY, whose packages the new environment will see
+        python = over = shutil.which(args.over)
+        create = venv
     else:
         python, create = sys.executable, venv
     kept = manifest.get("target_has", [])
@@ -68,9 +97,10 @@ def install(args):
     have, want = info["python"], manifest["python_version"]
     if have != want:
         raise Error(f"{folder} was built for Python {want}, but {python} is Python {have}")
-    torch_here = None if create else info["torch"]
+    empty = create and not over  # a new environment of its own has nothing yet
+    torch_here = None if empty else info["torch"]
     for k in kept:  # what the wheelhouse leaves to the target must be there, as it was pinned
-        there = None if create else info["has"][k["name"]]
+        there = None if empty else info["has"][k["name"]]
         if there is None or (k["version"] and there != k["version"]):
             found = f"has {k['name']} {there}" if there else f"lacks {k['name']}"
             raise Error(
@@ -98,9 +128,8 @@ def install(args):
         raise Error(f"the wheels of {folder} do not install into {python}: {last_error(proc)}")
 
     if create:
-        say(f"creating {create} with {python}")
-        subprocess.run([str(python), "-m", "venv", str(create)], check=True)
-        python = create / "bin" / "python"
+        say(f"creating {create} {'over the environment of' if over else 'with'} {python}")
+        python = make_venv(create, python, over)
     if torch_here:
         say(f"keeping torch {torch_here} of {python}")
     say(f"installing {len(wheels)} wheels from {folder} into {python}, no index")
@@ -108,7 +137,11 @@ def install(args):
         raise Error(f"pip install from {folder} failed (its output is above)")
     left_out = set(manifest["left_out"]) - {"torch"}  # pip check, less what is left out on purpose
     for line in pip("check", python=python).stdout.splitlines():
-        if line.strip() and not any(re.search(rf"requires {n}\b", line) for n in left_out):
+        if (
+            line.strip()
+            and not line.startswith("No broken")
+            and not any(re.search(rf"requires {n}\b", line) for n in left_out)
+        ):
             say(f"warning: {line}")
     # -P: not the caller's directory first on sys.path, so that run from a checkout the line
     # names the installed plugin, not the checkout's (the wheels need Python >= 3.11, which has -P)
