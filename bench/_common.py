@@ -110,7 +110,7 @@ def paired_updates(argv, updates, warmup, batch, examples, repeats=1):
     """fairseq-train's ``argv`` in one Trainer: ``updates`` updates on the wrapped (noised or
     sampled) training set and on the clean one inside it, alternating after ``warmup`` each,
     through fairseq-train's iterators (fetching, collating and the wrapper's work happen in next()).
-    Returns the seconds and target tokens of each update, the median time the wrapper adds to
+    Returns the seconds and tokens of each update (``_update``), the median time the wrapper adds to
     fetching and collating a batch (on ``examples`` spread over the split), the epoch's updates."""
     import numpy as np
     from fairseq import options, tasks, utils
@@ -150,7 +150,16 @@ def paired_updates(argv, updates, warmup, batch, examples, repeats=1):
 def _update(trainer, batches, tokens):
     batch = next(batches)
     trainer.train_step([batch])
-    tokens.append(int(batch["ntokens"]))
+    source, target = batch["net_input"]["src_tokens"], batch["target"]
+    tokens.append(
+        {  # pieces, and the padded batch's cells that the layers compute over
+            "target": int(batch["ntokens"]),
+            "source": int(batch["net_input"].get("src_lengths", source.new_zeros(1)).sum()),
+            "padded target": target.numel(),
+            "padded source": source.numel(),
+            "source x target": source.size(1) * target.size(1),  # attention's cells a sentence
+        }
+    )
 
 
 def cli(name: str) -> str:

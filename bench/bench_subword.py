@@ -84,7 +84,10 @@ def per_epoch(work: Path, args):
     ).split()
     times, pieces, cost, updates = _common.paired_updates(argv, args.updates, 1, 128, 2560)
     times = {"with": times["wrapped"], "without": times["clean"]}
-    pieces = sum(pieces["wrapped"][1:]) / sum(pieces["clean"][1:])  # after the warm-up
+    grown = {  # with / without, after the warm-up
+        k: sum(u[k] for u in pieces["wrapped"][1:]) / sum(u[k] for u in pieces["clean"][1:])
+        for k in pieces["clean"][0]
+    }
     med = {c: statistics.median(t) for c, t in times.items()}
     print(
         f"per epoch ({updates} updates of batch 128; 256 units; torch threads "
@@ -97,8 +100,9 @@ def per_epoch(work: Path, args):
     print(
         f"  ratio with / without: {med['with'] / med['without']:.3f} (medians); per pair "
         f"{statistics.median(pairs):.3f}, quartiles {pairs[len(pairs) // 4]:.3f}-"
-        f"{pairs[3 * len(pairs) // 4]:.3f}; target pieces x{pieces:.3f}"
+        f"{pairs[3 * len(pairs) // 4]:.3f}"
     )
+    print("  with / without: " + ", ".join(f"{k} x{v:.3f}" for k, v in grown.items()))
     print(f"  sampling alone: {cost * 1e3:.1f} ms/batch = {cost / med['without']:.1%} of an update")
 
 
