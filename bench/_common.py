@@ -106,6 +106,18 @@ def ptb_batches(tokens):
     ]
 
 
+def fairseq_task(argv):
+    """The config and the task of fairseq-train's ``argv`` (the plugin registered first)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the plugin before parsing)
+
+    parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    cfg = convert_namespace_to_omegaconf(parsed)
+    return cfg, tasks.setup_task(cfg.task)
+
+
 def paired_updates(argv, updates, warmup, batch, examples, repeats=1):
     """fairseq-train's ``argv`` in one Trainer: ``updates`` updates on the wrapped (noised or
     sampled) training set and on the clean one inside it, alternating after ``warmup`` each,
@@ -113,17 +125,12 @@ def paired_updates(argv, updates, warmup, batch, examples, repeats=1):
     Returns the seconds and tokens of each update (``_update``), the median time the wrapper adds to
     fetching and collating a batch (on ``examples`` spread over the split), the epoch's updates."""
     import numpy as np
-    from fairseq import options, tasks, utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq import utils
     from fairseq.trainer import Trainer
 
-    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the plugin before parsing)
-
-    parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
-    cfg = convert_namespace_to_omegaconf(parsed)
+    cfg, task = fairseq_task(argv)
     np.random.seed(cfg.common.seed)
     utils.set_torch_seed(cfg.common.seed)
-    task = tasks.setup_task(cfg.task)
     task.load_dataset("train", epoch=1)
     wrapped = task.dataset("train")
     clean = wrapped.dataset

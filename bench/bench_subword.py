@@ -82,6 +82,7 @@ def per_epoch(work: Path, args):
         "128 --required-batch-size-multiple 1 --optimizer sgd --lr 1.0 --clip-norm 5 "
         f"--subword-sampling-alpha {args.alpha} --subword-sampling-nbest {args.nbest}"
     ).split()
+    epoch_cells(argv)
     times, pieces, cost, updates = _common.paired_updates(argv, args.updates, 1, 128, 2560)
     times = {"with": times["wrapped"], "without": times["clean"]}
     grown = {  # with / without, after the warm-up
@@ -104,6 +105,37 @@ def per_epoch(work: Path, args):
     )
     print("  with / without: " + ", ".join(f"{k} x{v:.3f}" for k, v in grown.items()))
     print(f"  sampling alone: {cost * 1e3:.1f} ms/batch = {cost / med['without']:.1%} of an update")
+
+
+def epoch_cells(argv, epochs=3):
+    """Pieces and padded cells (each batch of 128 padded to its longest source and target) of
+    whole epochs with sampling over those without: batches formed from the epoch's sampled
+    lengths (what training does), and, for comparison, from the binarized lengths."""
+    _, task = _common.fairseq_task(argv)
+    task.load_dataset("train")
+    wrapper = task.dataset("train")
+    clean, src0, tgt0 = wrapper.dataset, wrapper.dataset.src_sizes, wrapper.dataset.tgt_sizes
+
+    def batches(dataset, epoch):
+        itr = task.get_batch_iterator(
+            dataset, max_sentences=128, seed=1, epoch=epoch, disable_iterator_cache=True
+        )
+        return itr.frozen_batches
+
+    def cells(batch_list, src, tgt):
+        return sum(len(b) * (int(src[b].max()) + int(tgt[b].max())) for b in batch_list)
+
+    print(f"whole epochs ({len(batches(clean, 1))} batches of 128), with / without sampling:")
+    for epoch in range(1, epochs + 1):
+        by_sampled = batches(wrapper, epoch)  # sets the epoch: its lengths drawn
+        src, tgt = wrapper.lengths["source"], wrapper.lengths["target"]
+        by_binarized = batches(clean, epoch)
+        base = cells(by_binarized, src0, tgt0)
+        print(
+            f"  epoch {epoch}: pieces x{(src.sum() + tgt.sum()) / (src0.sum() + tgt0.sum()):.3f}, "
+            f"padded cells x{cells(by_sampled, src, tgt) / base:.3f} (batches by sampled "
+            f"lengths), x{cells(by_binarized, src, tgt) / base:.3f} (by binarized lengths)"
+        )
 
 
 def main(argv=None):

@@ -9,6 +9,7 @@ workers and after a resume, as tests/test_determinism.py shows for the noising).
 
 import shutil
 
+import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
@@ -21,6 +22,7 @@ from conftest import (
     mt_train_argv,
     run_cli,
 )
+from fairseq.data import data_utils
 
 pytestmark = pytest.mark.slow  # real data, fairseq-train runs
 
@@ -77,6 +79,42 @@ def test_sampling_then_noising_in_one_pass_is_the_two_one_after_the_other(multi3
         assert torch.equal(one_pass["net_input"][key], two_steps["net_input"][key])
     assert torch.equal(one_pass["target"], two_steps["target"])
     assert details["target"].fired.any() and details["source"].fired.any()
+
+
+def padded(batches, src, tgt):
+    """The cells of the batches padded to their longest source and target."""
+    return sum(len(b) * (src[b].max() + tgt[b].max()) for b in batches)
+
+
+def test_each_epochs_batches_are_formed_from_its_sampled_lengths(multi30k_spm_bin):
+    """fairseq forms an epoch's batches after setting the epoch: from the lengths the examples
+    have in that epoch. Oracle: each example collated alone by the wrapper in that epoch. The
+    batches hold consecutive examples in order of sampled source, then target length, pad fewer
+    cells than batches formed from the binarized lengths would, and keep --max-tokens."""
+    argv = mt_train_argv(multi30k_spm_bin, *SAMPLING, "--subword-sampling-nbest", 16)
+    task, _ = build_task(argv)
+    wrapper, pad = train_split(task), task.tgt_dict.pad()
+    n, lengths = len(wrapper), {}
+    for epoch in (1, 2):
+        batches = task.get_batch_iterator(wrapper, max_sentences=16, seed=1, epoch=epoch)
+        alone = [wrapper.collater([wrapper.dataset[i]]) for i in range(n)]  # at wrapper.epoch
+        src = np.array([int(b["net_input"]["src_lengths"][0]) for b in alone])
+        tgt = np.array([int((b["target"] != pad).sum()) for b in alone])
+        lengths[epoch] = src, tgt
+        order = np.concatenate(batches.frozen_batches)
+        assert sorted(order.tolist()) == list(range(n))
+        key = src[order] * 1000 + tgt[order]
+        assert (np.diff(key) >= 0).all()  # by source length, then target length
+
+        with data_utils.numpy_seed(1 + epoch):  # as fairseq orders the binarized lengths
+            binarized = wrapper.dataset.ordered_indices()
+        by_binarized = [binarized[i : i + 16] for i in range(0, n, 16)]
+        assert padded(batches.frozen_batches, src, tgt) < padded(by_binarized, src, tgt)
+        # --max-tokens holds of the sampled lengths: a batch's size times its longest side
+        by_tokens = task.get_batch_iterator(wrapper, max_tokens=300, seed=1, epoch=epoch)
+        longest = np.maximum(src, tgt)
+        assert max(len(b) * longest[b].max() for b in by_tokens.frozen_batches) <= 300
+    assert (lengths[1][0] != lengths[2][0]).any() and (lengths[1][1] != lengths[2][1]).any()
 
 
 def spm_lm_data(tmp_path, ptb_tiny_bin):

@@ -49,6 +49,20 @@ def resample_samples(samples, samplers: dict, layout: str, epoch: int):
     return out
 
 
+def sampled_lengths(dataset, samplers: dict, epoch: int, chunk: int = 4096) -> dict:
+    """``{"source"|"target": lengths}`` of a translation dataset's examples in ``epoch``'s
+    segmentation, as :func:`resample_samples` makes them (a side without a sampler: its
+    binarized lengths), drawn ``chunk`` examples at a time."""
+    lengths = {"source": dataset.src_sizes, "target": dataset.tgt_sizes}
+    for side, sampler in samplers.items():
+        lengths[side] = np.zeros(len(dataset), dtype=np.int64)
+        for start in range(0, len(dataset), chunk):
+            ids = np.arange(start, min(start + chunk, len(dataset)))
+            sequences = sampler([dataset[i][side].numpy() for i in ids], ids, epoch)
+            lengths[side][ids] = [len(s) for s in sequences]
+    return lengths
+
+
 def noise_lm_batch(batch: dict, noiser: Optional[Noiser], epoch: int, pad: int):
     """Noised copy of a language-modeling batch, and ``{"target": NoisedTokens}``."""
     if noiser is None or not batch or "net_input" not in batch:

@@ -1,9 +1,9 @@
 """Every place where the plugin relies on a fairseq detail that is not public API.
 
 Each helper names the fairseq behaviour it depends on; if a fairseq release changes one, this is
-the package to fix (what a sweep row's record needs while fairseq-train runs is in
-:mod:`.training`). (Loading fairseq checkpoints under torch >= 2.6 is
-:mod:`fairseq_noising.checkpoint_safety`.)
+the package to fix (a sweep row's record while fairseq-train runs: :mod:`.training`; batches of
+lengths other than the binarized: :mod:`.batching`; checkpoints under torch >= 2.6:
+:mod:`fairseq_noising.checkpoint_safety`).
 """
 
 import atexit
