@@ -90,7 +90,8 @@ def test_each_epochs_batches_are_formed_from_its_sampled_lengths(multi30k_spm_bi
     """fairseq forms an epoch's batches after setting the epoch: from the lengths the examples
     have in that epoch. Oracle: each example collated alone by the wrapper in that epoch. The
     batches hold consecutive examples in order of sampled source, then target length, pad fewer
-    cells than batches formed from the binarized lengths would, and keep --max-tokens."""
+    cells than batches formed from the binarized lengths would, and keep --max-tokens (a sentence
+    that sampling made longer than it: alone in a batch)."""
     argv = mt_train_argv(multi30k_spm_bin, *SAMPLING, "--subword-sampling-nbest", 16)
     task, _ = build_task(argv)
     wrapper, pad = train_split(task), task.tgt_dict.pad()
@@ -110,10 +111,17 @@ def test_each_epochs_batches_are_formed_from_its_sampled_lengths(multi30k_spm_bi
             binarized = wrapper.dataset.ordered_indices()
         by_binarized = [binarized[i : i + 16] for i in range(0, n, 16)]
         assert padded(batches.frozen_batches, src, tgt) < padded(by_binarized, src, tgt)
-        # --max-tokens holds of the sampled lengths: a batch's size times its longest side
-        by_tokens = task.get_batch_iterator(wrapper, max_tokens=300, seed=1, epoch=epoch)
+        # --max-tokens holds of the sampled lengths: a batch's size times its longest side; a
+        # budget of the longest binarized sentence, which sampling exceeds: alone in its batch
         longest = np.maximum(src, tgt)
-        assert max(len(b) * longest[b].max() for b in by_tokens.frozen_batches) <= 300
+        binarized = int(wrapper.dataset.num_tokens_vec(np.arange(n)).max())
+        assert longest.max() > binarized
+        for budget in (300, binarized):
+            by_tokens = task.get_batch_iterator(wrapper, max_tokens=budget, seed=1, epoch=epoch)
+            cells = [len(b) * longest[b].max() for b in by_tokens.frozen_batches]
+            assert sorted(np.concatenate(by_tokens.frozen_batches).tolist()) == list(range(n))
+            over = [b for b, c in zip(by_tokens.frozen_batches, cells) if c > budget]
+            assert all(len(b) == 1 for b in over) and (budget == 300 or over)
     assert (lengths[1][0] != lengths[2][0]).any() and (lengths[1][1] != lengths[2][1]).any()
 
 

@@ -3,7 +3,7 @@
 import logging
 
 import numpy as np
-from fairseq.data import BaseWrapperDataset, FairseqDataset
+from fairseq.data import BaseWrapperDataset, data_utils
 
 from ..fairseq_compat import batching
 from .batch_noising import (
@@ -99,10 +99,16 @@ class NoisedDataset(BaseWrapperDataset):
             return self.dataset.size(index)
         return batching.size(self.lengths["source"], self.lengths["target"], index)
 
-    def batch_by_size(self, indices, **kwargs):
+    def batch_by_size(self, indices, max_tokens=None, **kwargs):
         if self.lengths is None:  # BaseWrapperDataset's: the wrapped dataset's own sizes
-            return self.dataset.batch_by_size(indices, **kwargs)
-        return FairseqDataset.batch_by_size(self, indices, **kwargs)  # by num_tokens_vec above
+            return self.dataset.batch_by_size(indices, max_tokens=max_tokens, **kwargs)
+        # a sentence that sampling made longer than --max-tokens goes into a batch of its own
+        # (fairseq refuses a length over the budget; the binarized lengths were checked)
+        tokens = self.num_tokens_vec(indices)
+        tokens = np.minimum(tokens, max_tokens) if max_tokens else tokens
+        return data_utils.batch_by_size(
+            indices, self.num_tokens, num_tokens_vec=tokens, max_tokens=max_tokens, **kwargs
+        )
 
     def ordered_indices(self):
         if self.lengths is None:
