@@ -169,6 +169,27 @@ def test_language_model_blocks_are_resampled_and_their_source_follows(tmp_path, 
     assert changed > len(range(0, len(wrapper), 7)) // 4
 
 
+def test_a_language_models_batches_are_formed_from_its_sampled_block_lengths(
+    tmp_path, ptb_tiny_bin
+):
+    """Blocks of one binarized length sort by their sampled lengths (oracle: each block collated
+    alone by the wrapper in that epoch)."""
+    data, _ = spm_lm_data(tmp_path, ptb_tiny_bin)
+    task, _ = build_task(lm_train_argv(data, *SAMPLING))
+    wrapper, pad = train_split(task), task.dictionary.pad()
+    n, lengths = len(wrapper), {}
+    assert len(set(wrapper.dataset.sizes[:-1].tolist())) == 1  # blocks of one length, but the last
+    for epoch in (1, 2):
+        batches = task.get_batch_iterator(wrapper, max_sentences=8, seed=1, epoch=epoch)
+        alone = [wrapper.collater([wrapper.dataset[i]]) for i in range(n)]  # at wrapper.epoch
+        lengths[epoch] = np.array([int((b["target"] != pad).sum()) for b in alone])
+        order = np.concatenate(batches.frozen_batches)
+        assert sorted(order.tolist()) == list(range(n))
+        assert (np.diff(lengths[epoch][order]) >= 0).all()
+        assert len(set(lengths[epoch].tolist())) > 3
+    assert (lengths[1] != lengths[2]).any()
+
+
 # --- through fairseq-train ------------------------------------------------------------------
 
 

@@ -49,11 +49,11 @@ def resample_samples(samples, samplers: dict, layout: str, epoch: int):
     return out
 
 
-def sampled_lengths(dataset, samplers: dict, epoch: int, chunk: int = 4096) -> dict:
-    """``{"source"|"target": lengths}`` of a translation dataset's examples in ``epoch``'s
-    segmentation, as :func:`resample_samples` makes them (a side without a sampler: its
-    binarized lengths), drawn ``chunk`` examples at a time."""
-    lengths = {"source": dataset.src_sizes, "target": dataset.tgt_sizes}
+def sampled_lengths(dataset, samplers: dict, epoch: int, lengths: dict, chunk=4096) -> dict:
+    """``lengths`` (``{"source"|"target": each example's binarized length}``) with the sides that
+    have a sampler in ``epoch``'s segmentation, as :func:`resample_samples` makes them (a
+    language-model example: its target), drawn ``chunk`` examples at a time."""
+    lengths = dict(lengths)
     for side, sampler in samplers.items():
         lengths[side] = np.zeros(len(dataset), dtype=np.int64)
         for start in range(0, len(dataset), chunk):

@@ -23,10 +23,10 @@ class NoisedDataset(BaseWrapperDataset):
     Both are pure functions of the seed, the epoch (from :meth:`set_epoch`), the example ids
     and the positions inside each example (see :mod:`fairseq_noising.noiser`), so every epoch
     sees fresh noise and the same command gives identical batches whatever the number of
-    workers, the distributed rank or a resume from a checkpoint. With subword sampling, a
-    translation dataset's batches are formed from the lengths its examples have in the epoch
-    (:meth:`set_epoch` draws them; fairseq forms each epoch's batches after it), so that a batch
-    holds sentences of like sampled length; ``filter_indices_by_size`` keeps the binarized ones.
+    workers, the distributed rank or a resume from a checkpoint. With subword sampling, the
+    batches are formed from the lengths the examples have in the epoch (:meth:`set_epoch` draws
+    them; fairseq forms each epoch's batches after it), so that a batch holds examples of like
+    sampled length; ``filter_indices_by_size`` keeps the binarized ones.
 
     Args:
         dataset: the clean dataset (``MonolingualDataset`` or ``LanguagePairDataset``).
@@ -58,7 +58,7 @@ class NoisedDataset(BaseWrapperDataset):
         self.target_noiser = target_noiser
         self.samplers = samplers or {}
         self.epoch = 1
-        self.lengths = None  # {"source", "target": each example's length in self.lengths_epoch}
+        self.lengths = None  # fairseq_compat.batching's lengths in epoch self.lengths_epoch
         self.lengths_epoch = None
 
     @property
@@ -71,33 +71,30 @@ class NoisedDataset(BaseWrapperDataset):
     def set_epoch(self, epoch):
         super().set_epoch(epoch)
         self.epoch = epoch
-        sampled = self.layout == "translation" and self.samplers and batching.mirrors(self.dataset)
-        if sampled and self.lengths_epoch != epoch:  # fairseq sets an epoch more than once
-            self.lengths = sampled_lengths(self.dataset, self.samplers, epoch)
+        if self.samplers and batching.kind(self.dataset) and self.lengths_epoch != epoch:
+            base = batching.binarized(self.dataset)  # fairseq sets an epoch more than once
+            self.lengths = sampled_lengths(self.dataset, self.samplers, epoch, base)
             self.lengths_epoch = epoch
 
     # batching by this epoch's lengths (fairseq_compat.batching), else as the wrapped dataset
     @property
     def sizes(self):
-        if self.lengths is None:
-            return self.dataset.sizes
-        src, tgt = self.lengths["source"], self.lengths["target"]
-        return src if tgt is None else np.vstack((src, tgt)).T
+        return self.dataset.sizes if self.lengths is None else batching.sizes(self.lengths)
 
     def num_tokens(self, index):
         if self.lengths is None:
             return self.dataset.num_tokens(index)
-        return int(self.num_tokens_vec(np.array([index]))[0])
+        return int(batching.num_tokens_vec(self.lengths, np.array([index]))[0])
 
     def num_tokens_vec(self, indices):
         if self.lengths is None:
             return self.dataset.num_tokens_vec(indices)
-        return batching.num_tokens_vec(self.lengths["source"], self.lengths["target"], indices)
+        return batching.num_tokens_vec(self.lengths, indices)
 
     def size(self, index):
         if self.lengths is None:
             return self.dataset.size(index)
-        return batching.size(self.lengths["source"], self.lengths["target"], index)
+        return batching.size(self.lengths, index)
 
     def batch_by_size(self, indices, max_tokens=None, **kwargs):
         if self.lengths is None:  # BaseWrapperDataset's: the wrapped dataset's own sizes
@@ -113,8 +110,7 @@ class NoisedDataset(BaseWrapperDataset):
     def ordered_indices(self):
         if self.lengths is None:
             return self.dataset.ordered_indices()
-        src, tgt = self.lengths["source"], self.lengths["target"]
-        return batching.ordered_indices(src, tgt, self.dataset.shuffle)
+        return batching.ordered_indices(self.lengths, self.dataset.shuffle)
 
     def noise_batch(self, batch, epoch=None):
         """The noised copy of a clean collated ``batch`` and the per-side noise details."""

@@ -1,35 +1,68 @@
-"""How fairseq's ``LanguagePairDataset`` sizes and orders its examples for batching, over other
-lengths: those of a wrapper whose examples change length every epoch (subword sampling), so that
-its batches are formed from the lengths the examples have in that epoch.
+"""How fairseq's ``LanguagePairDataset`` and ``MonolingualDataset`` size and order their examples
+for batching, over other lengths: those of a wrapper whose examples change length every epoch
+(subword sampling), so that its batches are formed from the lengths the examples have in that
+epoch. ``lengths``: ``{"source", "target": one length an example}``, ``"source"`` for pairs only.
 
-Mirrors ``ordered_indices`` (a permutation drawn under the caller's ``numpy_seed(seed + epoch)``
-when the dataset shuffles, then stable sorts by target and then source length), ``num_tokens_vec``
-(the longer side) and ``size`` (both sides) of fairseq/data/language_pair_dataset.py. Its
-``buckets`` (``--num-batch-buckets``) pad to fixed lengths computed once from the binarized sizes:
-with them, :func:`mirrors` is False and the binarized lengths are kept.
+Mirrors ``ordered_indices``, ``num_tokens_vec``, ``size`` and ``sizes`` of
+fairseq/data/language_pair_dataset.py (a permutation drawn under the caller's
+``numpy_seed(seed + epoch)`` when the dataset shuffles, then stable sorts by target and then
+source length; the longer side) and fairseq/data/monolingual_dataset.py (``lexsort`` of the
+permutation and the lengths). A pair dataset's ``buckets`` (``--num-batch-buckets``) and a
+monolingual one's ``fixed_pad_length`` pad to lengths fixed once: with them, :func:`kind` is None
+and the binarized lengths are kept.
 """
 
 import numpy as np
-from fairseq.data import LanguagePairDataset
+from fairseq.data import LanguagePairDataset, MonolingualDataset
 
 
-def mirrors(dataset) -> bool:
-    """Whether ``dataset`` batches as the functions below do."""
-    return isinstance(dataset, LanguagePairDataset) and getattr(dataset, "buckets", None) is None
+def kind(dataset):
+    """``"pair"`` or ``"mono"`` where ``dataset`` batches as the functions below do, else None."""
+    if isinstance(dataset, LanguagePairDataset) and getattr(dataset, "buckets", None) is None:
+        return "pair"
+    if isinstance(dataset, MonolingualDataset) and not getattr(dataset, "fixed_pad_length", None):
+        return "mono"
+    return None
 
 
-def ordered_indices(src_sizes, tgt_sizes, shuffle: bool) -> np.ndarray:
-    n = len(src_sizes)
+def _each(lengths):
+    return lengths.get("source"), lengths["target"]
+
+
+def ordered_indices(lengths, shuffle: bool) -> np.ndarray:
+    src, tgt = _each(lengths)
+    n = len(tgt if src is None else src)
     indices = np.random.permutation(n).astype(np.int64) if shuffle else np.arange(n, dtype=np.int64)
-    if tgt_sizes is not None:
-        indices = indices[np.argsort(tgt_sizes[indices], kind="mergesort")]
-    return indices[np.argsort(src_sizes[indices], kind="mergesort")]
+    if src is None:
+        return np.lexsort([indices, tgt])
+    if tgt is not None:
+        indices = indices[np.argsort(tgt[indices], kind="mergesort")]
+    return indices[np.argsort(src[indices], kind="mergesort")]
 
 
-def num_tokens_vec(src_sizes, tgt_sizes, indices) -> np.ndarray:
-    sizes = src_sizes[indices]
-    return sizes if tgt_sizes is None else np.maximum(sizes, tgt_sizes[indices])
+def num_tokens_vec(lengths, indices) -> np.ndarray:
+    src, tgt = _each(lengths)
+    if src is None:
+        return tgt[indices]
+    return src[indices] if tgt is None else np.maximum(src[indices], tgt[indices])
 
 
-def size(src_sizes, tgt_sizes, index):
-    return src_sizes[index], tgt_sizes[index] if tgt_sizes is not None else 0
+def size(lengths, index):
+    src, tgt = _each(lengths)
+    if src is None:
+        return tgt[index]
+    return src[index], tgt[index] if tgt is not None else 0
+
+
+def sizes(lengths):
+    src, tgt = _each(lengths)
+    if src is None:
+        return tgt
+    return src if tgt is None else np.vstack((src, tgt)).T
+
+
+def binarized(dataset) -> dict:
+    """The ``lengths`` ``dataset`` batches by itself (its ``kind`` is not None)."""
+    if kind(dataset) == "pair":
+        return {"source": dataset.src_sizes, "target": dataset.tgt_sizes}
+    return {"target": dataset.sizes}
