@@ -153,6 +153,48 @@ def test_a_pages_copy_shows_the_row_as_it_was_when_paged(tmp_path):
     assert copy["status"] == "training" and copy["training"]["epochs"] == row["training"]["epochs"]
 
 
+def test_a_pages_figures_are_those_its_copied_records_give(tmp_path, monkeypatch):
+    """A reader of a committed page has the records beside it, not the sweep: each table of the
+    page is what they give, read back and rendered again (as tests/test_results_pages.py does),
+    for a row whose checkpoint says more than its progress file (killed between the save at the
+    end of epoch 1 and fairseq's summary of it) and a row that trains on while the page is
+    written (its validation of epoch 3 lands between the page's reading and its copy)."""
+    from row_kit import as_event
+
+    from fairseq_noising.sweep import render
+
+    sweep = tmp_path / "sweep"
+    kn = write_row(sweep / "kn", log=LOG[:1], saved=checkpoint(HALVED[:1], epoch=2, val_loss=5.0))
+    on = write_row(sweep / "none", log=LOG[:4], scheme="none", gamma=0)
+    for run_dir in (kn, on):
+        record.write(
+            str(run_dir), {"format": 2, "status": "training", "process": record.this_process()}
+        )
+    copy_rows = render._copy_rows
+
+    def trains_on(rows, rows_dir):
+        with open(on / "progress.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"time": 2000.0, **as_event(*LOG[4])}) + "\n")
+        copy_rows(rows, rows_dir)
+
+    monkeypatch.setattr(render, "_copy_rows", trains_on)
+    monkeypatch.setattr(tables, "on_its_data", lambda spec, rows: True)
+    out = page.write(str(sweep), str(tmp_path / "page.md"))
+    text = open(out, encoding="utf-8").read()
+    monkeypatch.setattr(render, "_copy_rows", copy_rows)
+    rows = record.read_sweep(str(tmp_path / "page-rows"))
+    spec = tables.spec(rows[0].get("table"), rows[0]["config_name"])
+    again = render.render(rows, spec, "Paper validation" in text, str(tmp_path / "again.md"), "x")
+
+    def table_lines(t):
+        return [line for line in t.split("\n") if line.startswith("|")]
+
+    assert table_lines(again) == table_lines(text)
+    shown = {line.split("|")[1].strip(): line for line in table_lines(text)}
+    assert "after epoch 1" in shown["kn"]  # the checkpoint's end of epoch 1
+    assert "22.60*" in shown["none"]  # the validation copied, not the one read before
+
+
 def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_path, monkeypatch):
     """The halvings, the end of the protocol, the time budget and the training time live in
     checkpoint_last.pt; the callback keeps them in the record when the training returns, so a

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional
 from . import events
 
 CHECKPOINT = "checkpoint_last.pt"
-AT_END = ("halvings", "stop", "lr", "training_seconds", "resume_at")  # of checkpoint_last.pt
+AT_END = ("halvings", "stop", "lr", "training_seconds", "resume_at", "saved_epoch", "saved_inside")
 
 
 def _num(rec: Optional[Dict], key: str) -> Optional[float]:
@@ -156,8 +156,11 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
     found = events.read(run_dir)
     series = events.series(found or [])
     saved = checkpoint(run_dir)
+    kept = None  # without the checkpoint: where the record says it was saved
+    if saved is None and at_end and at_end.get("saved_epoch") is not None:
+        kept = {"epoch": at_end["saved_epoch"], "inside": at_end.get("saved_inside")}
     train = series["train"]
-    finished = _finished_epochs(series, saved)
+    finished = _finished_epochs(series, saved or kept)
     valid_ppl: Dict[str, float] = {}
     for rec in series["valid"]:  # a finished epoch's last validation: the one at its end
         if int(rec["epoch"]) in finished:
@@ -212,6 +215,8 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
         "wall_seconds": runs["wall_seconds"],
         "runs": runs,
         "resume_at": saved["where"] if saved else None,
+        "saved_epoch": saved["epoch"] if saved else None,
+        "saved_inside": bool(saved["inside"]) if saved else None,
     }
     if saved is None and at_end:
         facts.update({k: at_end[k] for k in AT_END if k in at_end})

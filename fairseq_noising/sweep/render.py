@@ -49,6 +49,17 @@ def _copy_rows(rows: List[Dict], rows_dir: str) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _as_copied(row: Dict, rows_dir: str) -> Dict:
+    """The row as its copy beside the page reads, which is what the page shows: a row that trains
+    on while the page is written (its progress file a line longer when copied than when read) is
+    shown as its copied records have it, so every figure can be recomputed from them. A row
+    whose copy cannot be read back is shown as read."""
+    copy = record.read(os.path.join(rows_dir, row["name"]))
+    if copy is None or copy["status"] == "unreadable" or row["status"] == "unreadable":
+        return row
+    return dict(copy, run_dir=row["run_dir"])
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + "s" * (n != 1)
 
@@ -191,6 +202,7 @@ def render(
     stem = out[:-3] if out.endswith(".md") else out
     rows_dir = stem + "-rows"
     _copy_rows(rows, rows_dir)
+    rows = [_as_copied(row, rows_dir) for row in rows]
     good = [r for r in rows if r["status"] != "unreadable"]
     lm = not any(r["config"]["task"]["_name"].endswith("translation") for r in good)
     groups: Dict[str, List[Dict]] = {}
