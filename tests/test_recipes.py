@@ -151,6 +151,50 @@ def test_the_multi30k_recipe_scores_bleu_against_the_raw_references(tmp_path):
     assert "bigram Kneser-Ney, target only" in page and "sacrebleu signatures" in page
 
 
+@pytest.mark.slow
+def test_the_multi30k_recipe_on_sentencepiece_pieces_samples_and_scores_the_joined_text(tmp_path):
+    """SPM=1 with the subword table's own config and rows: a sentencepiece model per language
+    trained and the data binarized with its pieces, the sampling row trained on new
+    segmentations, and each row's BLEU that of its hypotheses with the pieces joined back into
+    words against the raw references. The rows learn the 20 pairs they are tested on by heart,
+    so that BLEU taken on the pieces, or on another sentence's reference, shows."""
+    import sentencepiece as spm
+
+    m30k = tmp_path / "m30k"
+    m30k.mkdir()
+    for split in ("train", "val", "test"):
+        for lang in ("en", "de"):
+            head_lines(require_shared("multi30k") / f"train.{lang}", m30k / f"{split}.{lang}", 20)
+    work, results = tmp_path / "work", tmp_path / "results"
+    env = {"MULTI30K_DIR": str(m30k), "WORK": str(work), "RESULTS_DIR": str(results)}
+    env |= {"CONFIG": "multi30k_spm_cpu", "SPM": "1", "SPM_VOCAB": "400"}
+    learn = ["++model.hidden_size=64", "optimization.max_epoch=200", "optimization.lr=[0.01]"]
+    learn += ["checkpoint.patience=-1", "optim=mt_adam"]  # Adam: 20 pairs by heart, quickly
+    proc = recipe("multi30k.sh", *learn, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model = spm.SentencePieceProcessor(model_file=str(work / "data-bin" / "spm.de.model"))
+    references = (m30k / "test.de").read_text().rstrip("\n").split("\n")
+    # the binarized test side is sentencepiece's own segmentation of the raw text, and joins back
+    pieces = (work / "spm" / "test.de").read_text().rstrip("\n").split("\n")
+    assert pieces == [" ".join(model.encode(line, out_type=str)) for line in references]
+    assert [model.decode(line.split()) for line in pieces] == references
+    rows = {row_of(d)["key"]: d for d in (work / "multi30k_spm_cpu").glob("*-s1")}
+    assert set(rows) == {"none", "none+sw0.1/64"}, sorted(rows)
+    bleu = {}
+    for key, run_dir in rows.items():
+        record = row_of(run_dir)
+        assert record["status"] == "ended"
+        hypotheses = (run_dir / "test.detok").read_text().split("\n")[:-1]
+        assert len(hypotheses) == 20 and not any("\u2581" in h for h in hypotheses)
+        expected = sacrebleu.corpus_bleu(hypotheses, [references])
+        bleu[key] = record["evaluation"]["bleu"]["score"]
+        assert bleu[key] == pytest.approx(expected.score, abs=1e-9)
+    assert bleu["none"] > 10, bleu  # learned by heart: not 0 against 0
+    sampled = (rows["none+sw0.1/64"] / "hydra_train.log").read_text()
+    assert "subword_sampling_alpha': 0.1" in sampled, sampled[:2000]
+    assert (results / "multi30k-spm-cpu.md").is_file()
+
+
 def test_the_folders_the_readme_has_users_write_are_ignored_by_git():
     # the README binarizes into data-bin/, the recipes train into runs/ and a GPU window into .gpu/
     for path in (
