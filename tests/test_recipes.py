@@ -113,37 +113,46 @@ def test_the_quickstart_trains_both_rows_and_writes_the_page(tmp_path):
     assert again.returncode == 0 and "fairseq-preprocess" not in again.stdout + again.stderr
 
 
-@pytest.mark.slow
-def test_the_multi30k_recipe_scores_bleu_against_the_raw_references(tmp_path):
-    """The rows train on the 20 pairs they are tested on (train, valid and test are the first 20
-    training pairs), long enough to learn them, so that BLEU is well above 0 and a hypothesis
-    scored against another sentence's reference, or the wrong reference file, shows."""
+def multi30k_by_heart(tmp_path, hidden, *overrides, **env):
+    """``multi30k.sh`` on the first 20 Multi30k training pairs as train, valid and test, trained
+    with Adam long enough to learn them by heart (so that BLEU is well above 0, and a hypothesis
+    scored against another sentence's reference, or the wrong reference file, shows); the
+    process, the work folder, the results folder and the raw references."""
     m30k = tmp_path / "m30k"
     m30k.mkdir()
     for split in ("train", "val", "test"):
         for lang in ("en", "de"):
             head_lines(require_shared("multi30k") / f"train.{lang}", m30k / f"{split}.{lang}", 20)
     work, results = tmp_path / "work", tmp_path / "results"
-    rows = "task={noise_scheme:none,noise_side:both,noise_gamma:0},{noise_scheme:kn,noise_side:target,noise_gamma:0.2}"
-    env = {"MULTI30K_DIR": str(m30k), "WORK": str(work), "RESULTS_DIR": str(results)}
-    learn = ["++model.hidden_size=32", "optimization.max_epoch=200", "optimization.lr=[0.01]"]
-    learn += ["checkpoint.patience=-1", "optim=mt_adam"]  # Adam: 20 pairs by heart, quickly
-    proc = recipe("multi30k.sh", *learn, rows, env={**env, "CONFIG": "multi30k_cpu"})
+    env |= {"MULTI30K_DIR": str(m30k), "WORK": str(work), "RESULTS_DIR": str(results)}
+    learn = [f"++model.hidden_size={hidden}", "optimization.max_epoch=200", "optim=mt_adam"]
+    learn += ["optimization.lr=[0.01]", "checkpoint.patience=-1"]
+    proc = recipe("multi30k.sh", *learn, *overrides, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    references = (m30k / "test.de").read_text().rstrip("\n").split("\n")
+    return work, results, (m30k / "test.de").read_text().rstrip("\n").split("\n")
+
+
+def bleu_of(run_dir, references):
+    """The row's BLEU, checked to be sacrebleu's, called here, of its detokenized hypotheses
+    (one a test sentence) against the raw references; its record."""
+    record = row_of(run_dir)
+    assert record["status"] == "ended"
+    hypotheses = (run_dir / "test.detok").read_text().split("\n")[:-1]
+    assert len(hypotheses) == len(references) == 20
+    expected = sacrebleu.corpus_bleu(hypotheses, [references])
+    assert record["evaluation"]["bleu"]["score"] == pytest.approx(expected.score, abs=1e-9)
+    return record["evaluation"]["bleu"]["score"], record, hypotheses
+
+
+@pytest.mark.slow
+def test_the_multi30k_recipe_scores_bleu_against_the_raw_references(tmp_path):
+    rows = "task={noise_scheme:none,noise_side:both,noise_gamma:0},{noise_scheme:kn,noise_side:target,noise_gamma:0.2}"
+    work, results, references = multi30k_by_heart(tmp_path, 32, rows, CONFIG="multi30k_cpu")
     assert (work / "raw" / "test.de").read_text().split("\n")[:-1] == references
     bleu = {}
     for name, key in (("none-both-g0-s1", "none"), ("kn-target-g0.2-s1", "kn:target")):
-        run_dir = work / "multi30k_cpu" / name
-        record = row_of(run_dir)
+        bleu[key], record, _ = bleu_of(work / "multi30k_cpu" / name, references)
         assert record["key"] == key
-        # the row's BLEU is sacrebleu's, called here, of its detokenized hypotheses (one a test
-        # sentence) against the raw references
-        hypotheses = (run_dir / "test.detok").read_text().split("\n")[:-1]
-        assert len(hypotheses) == len(references) == 20
-        expected = sacrebleu.corpus_bleu(hypotheses, [references])
-        bleu[key] = record["evaluation"]["bleu"]["score"]
-        assert bleu[key] == pytest.approx(expected.score, abs=1e-9)
         signature = record["evaluation"]["bleu"]["signature"]
         assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert bleu["none"] > 10  # learned by heart: the comparison above is not 0 against 0
@@ -156,24 +165,12 @@ def test_the_multi30k_recipe_on_sentencepiece_pieces_samples_and_scores_the_join
     """SPM=1 with the subword table's own config and rows: a sentencepiece model per language
     trained and the data binarized with its pieces, the sampling row trained on new
     segmentations, and each row's BLEU that of its hypotheses with the pieces joined back into
-    words against the raw references. The rows learn the 20 pairs they are tested on by heart,
-    so that BLEU taken on the pieces, or on another sentence's reference, shows."""
+    words against the raw references."""
     import sentencepiece as spm
 
-    m30k = tmp_path / "m30k"
-    m30k.mkdir()
-    for split in ("train", "val", "test"):
-        for lang in ("en", "de"):
-            head_lines(require_shared("multi30k") / f"train.{lang}", m30k / f"{split}.{lang}", 20)
-    work, results = tmp_path / "work", tmp_path / "results"
-    env = {"MULTI30K_DIR": str(m30k), "WORK": str(work), "RESULTS_DIR": str(results)}
-    env |= {"CONFIG": "multi30k_spm_cpu", "SPM": "1", "SPM_VOCAB": "400"}
-    learn = ["++model.hidden_size=64", "optimization.max_epoch=200", "optimization.lr=[0.01]"]
-    learn += ["checkpoint.patience=-1", "optim=mt_adam"]  # Adam: 20 pairs by heart, quickly
-    proc = recipe("multi30k.sh", *learn, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = {"CONFIG": "multi30k_spm_cpu", "SPM": "1", "SPM_VOCAB": "400"}
+    work, results, references = multi30k_by_heart(tmp_path, 64, **env)
     model = spm.SentencePieceProcessor(model_file=str(work / "data-bin" / "spm.de.model"))
-    references = (m30k / "test.de").read_text().rstrip("\n").split("\n")
     # the binarized test side is sentencepiece's own segmentation of the raw text, and joins back
     pieces = (work / "spm" / "test.de").read_text().rstrip("\n").split("\n")
     assert pieces == [" ".join(model.encode(line, out_type=str)) for line in references]
@@ -182,13 +179,8 @@ def test_the_multi30k_recipe_on_sentencepiece_pieces_samples_and_scores_the_join
     assert set(rows) == {"none", "none+sw0.1/64"}, sorted(rows)
     bleu = {}
     for key, run_dir in rows.items():
-        record = row_of(run_dir)
-        assert record["status"] == "ended"
-        hypotheses = (run_dir / "test.detok").read_text().split("\n")[:-1]
-        assert len(hypotheses) == 20 and not any("\u2581" in h for h in hypotheses)
-        expected = sacrebleu.corpus_bleu(hypotheses, [references])
-        bleu[key] = record["evaluation"]["bleu"]["score"]
-        assert bleu[key] == pytest.approx(expected.score, abs=1e-9)
+        bleu[key], _, hypotheses = bleu_of(run_dir, references)
+        assert not any("\u2581" in h for h in hypotheses)  # pieces joined into words
     assert bleu["none"] > 10, bleu  # learned by heart: not 0 against 0
     sampled = (rows["none+sw0.1/64"] / "hydra_train.log").read_text()
     assert "subword_sampling_alpha': 0.1" in sampled, sampled[:2000]
