@@ -116,8 +116,8 @@ def test_the_quickstart_trains_both_rows_and_writes_the_page(tmp_path):
 def multi30k_by_heart(tmp_path, hidden, *overrides, **env):
     """``multi30k.sh`` on the first 20 Multi30k training pairs as train, valid and test, trained
     with Adam long enough to learn them by heart (so that BLEU is well above 0, and a hypothesis
-    scored against another sentence's reference, or the wrong reference file, shows); the
-    process, the work folder, the results folder and the raw references."""
+    scored against another sentence's reference, or the wrong reference file, shows); the work
+    folder, the results folder and the raw references."""
     m30k = tmp_path / "m30k"
     m30k.mkdir()
     for split in ("train", "val", "test"):
