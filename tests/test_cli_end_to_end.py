@@ -1,13 +1,16 @@
 """Every noising scheme end to end through the real console scripts.
 
-For each scheme: ``fairseq-train`` with ``--task noised_language_modeling`` on the small PTB slice,
-then ``fairseq-eval-lm`` on its checkpoint (the checkpoint's perplexity on valid, as computed here
-from the split: tests/score_kit.py); and ``fairseq-train`` with ``--task noised_translation`` on
-the small Multi30k slice, then ``fairseq-generate`` (a hypothesis for every sentence, and the BLEU
-that sacrebleu gives its printed hypotheses and references). Models are stock fairseq LSTMs of
-width 16 trained for 4 updates: this checks plumbing (flags, statistics cache, checkpoints that
-load back, the evaluation of the plugin's tasks), not quality. The schemes' commands run side
-by side, one process a core; each scheme's test checks its own.
+For each scheme: ``fairseq-train`` with ``--task noised_language_modeling`` on the small PTB slice
+and with ``--task noised_translation`` on the small Multi30k slice, side by side, one process a
+core. Each checkpoint is then loaded back as fairseq's evaluation commands load it
+(``load_model_ensemble_and_task``, the task rebuilt from the checkpoint's own config): the valid
+batches its task serves are those of the unnoised task, every tensor equal. For ``none`` and
+``kn`` the evaluation commands run as well (evaluation does not depend on the scheme, only on
+the checkpoint's task): ``fairseq-eval-lm`` prints the checkpoint's perplexity on valid, as
+computed here from the split (tests/score_kit.py), and ``fairseq-generate`` a hypothesis for every
+sentence and the BLEU that sacrebleu gives its printed hypotheses and references. Models are stock
+fairseq LSTMs of width 16 trained for 4 updates: this checks plumbing (flags, statistics cache,
+checkpoints that load back, the evaluation of the plugin's tasks), not quality.
 """
 
 import os
@@ -17,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 from conftest import CLI_ENV, COMMON, TINY_LM, TINY_MT, lm_train_argv, mt_train_argv, run_cli
 from score_kit import block_perplexity, generate_bleu, printed_perplexity
 
@@ -31,6 +35,10 @@ pytestmark = pytest.mark.slow  # fairseq-train, fairseq-eval-lm and fairseq-gene
 BATCHES = ["--batch-size", 20, "--required-batch-size-multiple", 1]
 TRAIN = [*BATCHES, "--max-update", 4, "--optimizer", "adam", "--lr", 0.001, "--seed", 1]
 TRAIN += ["--no-epoch-checkpoints"]
+
+# the schemes whose checkpoints fairseq-eval-lm and fairseq-generate score; every scheme's
+# checkpoint is loaded back and its valid batches checked in-process (valid_batches)
+EVALUATED = ("none", "kn")
 
 # the statistics caches of the training splits (train.noise_stats.npz, ...)
 LM_CACHES = [os.path.basename(cache_path("train"))]
@@ -67,6 +75,47 @@ def check_trained(proc, scheme, save_dir, data, caches):
             assert arrays["unigram"].sum() > 0
 
 
+def valid_batches(checkpoint, data):
+    """The valid batches of the checkpoint's task as fairseq's evaluation commands make them: the
+    task rebuilt from the checkpoint's own config (``load_model_ensemble_and_task``, as
+    fairseq-eval-lm and fairseq-generate load it), valid loaded and batched in order, 20 rows a
+    batch, at epoch 1."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_noising.models  # noqa: F401  (registers the plugin's models and tasks)
+    import fairseq_noising.tasks  # noqa: F401
+
+    _, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)}
+    )
+    task.load_dataset("valid")
+    batches = task.get_batch_iterator(task.dataset("valid"), max_sentences=20, epoch=1)
+    return list(batches.next_epoch_itr(shuffle=False))
+
+
+def assert_same(a, b, where="batch"):
+    """Equal nested batches: the same keys, every tensor equal."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), f"{where} differs"
+    else:
+        assert a == b, where
+
+
+def check_valid_unnoised(runs, scheme):
+    """The scheme's checkpoint loads back, and its task serves valid as the unnoised task does."""
+    *_, data, save_dir = runs[scheme].result()
+    *_, none_data, none_dir = runs["none"].result()
+    batches = valid_batches(save_dir / "checkpoint_last.pt", data)
+    unnoised = valid_batches(none_dir / "checkpoint_last.pt", none_data)
+    assert len(batches) == len(unnoised) > 1
+    for i, (batch, reference) in enumerate(zip(batches, unnoised)):
+        assert_same(batch, reference, f"valid batch {i}")
+
+
 def side_by_side(pipeline, folder):
     """pipeline(scheme, folder / scheme) for every scheme, one a core at a time: scheme -> future
     (its result, or the AssertionError of a command that failed, comes back on .result())."""
@@ -83,6 +132,8 @@ def train_and_eval_lm(scheme, folder, ptb_small_bin):
         data, "--save-dir", save_dir, *TRAIN, model=TINY_LM, scheme=scheme, gamma=0.2
     )
     train = run_cli(["fairseq-train", *argv], env=CLI_ENV, timeout=600)
+    if scheme not in EVALUATED:
+        return train, None, data, save_dir
     evaluation = run_cli(
         [
             "fairseq-eval-lm",
@@ -111,9 +162,12 @@ def lm_runs(ptb_small_bin, tmp_path_factory):
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_language_model_trains_and_eval_lm_scores_it(scheme, lm_runs):
+def test_language_model_trains_and_its_checkpoint_evaluates(scheme, lm_runs):
     train, evaluation, data, save_dir = lm_runs[scheme].result()
     check_trained(train, scheme, save_dir, data, LM_CACHES)
+    check_valid_unnoised(lm_runs, scheme)
+    if evaluation is None:
+        return
     out = evaluation.stdout + evaluation.stderr
     assert "Traceback" not in evaluation.stderr
     # valid (unnoised) in blocks of 35 tokens, each from a zero state, every token once
@@ -128,6 +182,8 @@ def train_and_generate(scheme, folder, multi30k_small_bin):
         data, "--save-dir", save_dir, *TRAIN, model=TINY_MT, scheme=scheme, gamma=0.2
     )
     train = run_cli(["fairseq-train", *argv], env=CLI_ENV, timeout=600)
+    if scheme not in EVALUATED:
+        return train, None, data, save_dir
     gen = run_cli(
         [
             "fairseq-generate",
@@ -160,9 +216,12 @@ def translation_runs(multi30k_small_bin, tmp_path_factory):
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_translation_model_trains_and_generate_scores_it(scheme, translation_runs):
+def test_translation_model_trains_and_its_checkpoint_generates(scheme, translation_runs):
     train, gen, data, save_dir = translation_runs[scheme].result()
     check_trained(train, scheme, save_dir, data, MT_CACHES)
+    check_valid_unnoised(translation_runs, scheme)
+    if gen is None:
+        return
     out = gen.stdout + gen.stderr
     assert "Traceback" not in gen.stderr
     # every one of the 200 validation sentences got a hypothesis
