@@ -389,9 +389,11 @@ def pytest_configure(config):
 ONE_WORKER_MODULES = {
     "test_offline_install",
     "test_cli_end_to_end",
+    "test_checkpoint_safety",
     "test_analyze",
     "test_preview",
     "test_stateful_eval",
+    "test_subword_training",
     "test_translation_noising",
 }
 

@@ -207,8 +207,17 @@ def same_model(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.fixture(scope="module")
+def unsampled(multi30k_spm_bin, tmp_path_factory):
+    """The run of the test below without sampling (one for both of its nbest settings)."""
+    folder = tmp_path_factory.mktemp("plain")
+    return train(multi30k_spm_bin, folder, "--num-workers", 0, "--max-epoch", 2)
+
+
 @pytest.mark.parametrize("nbest", [-1, 8])
-def test_workers_and_resume_train_the_same_model_with_sampling(multi30k_spm_bin, tmp_path, nbest):
+def test_workers_and_resume_train_the_same_model_with_sampling(
+    multi30k_spm_bin, unsampled, tmp_path, nbest
+):
     data, sampling = multi30k_spm_bin, [*SAMPLING, "--subword-sampling-nbest", nbest]
     reference = train(data, tmp_path / "w0", *sampling, "--num-workers", 0, "--max-epoch", 2)
     workers = train(data, tmp_path / "w2", *sampling, "--num-workers", 2, "--max-epoch", 2)
@@ -217,7 +226,6 @@ def test_workers_and_resume_train_the_same_model_with_sampling(multi30k_spm_bin,
     resumed = train(data, tmp_path / "resumed", *sampling, "--num-workers", 0, "--max-epoch", 2)
     assert same_model(reference, resumed)
     # and the sampling matters: without it the same run trains another model
-    unsampled = train(data, tmp_path / "plain", "--num-workers", 0, "--max-epoch", 2)
     assert not same_model(reference, unsampled)
 
 
