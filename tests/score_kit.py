@@ -14,12 +14,11 @@ import re
 import torch
 
 
-def load_lm(checkpoint, data):
-    """(model in eval mode, the split -> token stream function) of a language-model checkpoint
-    trained on the binarized folder ``data``: the stream is the split as fairseq stored it (every
-    line followed by </s>), as one 1-D tensor."""
+def load_checkpoint(checkpoint, data):
+    """(models, task) of a checkpoint as fairseq's evaluation commands load it: the task rebuilt
+    from the checkpoint's own config (``load_model_ensemble_and_task``), reading the binarized
+    folder ``data``."""
     from fairseq import checkpoint_utils
-    from fairseq.data import data_utils
 
     import fairseq_noising.models  # noqa: F401  (registers the plugin's models and tasks)
     import fairseq_noising.tasks  # noqa: F401
@@ -27,6 +26,16 @@ def load_lm(checkpoint, data):
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides={"data": str(data)}
     )
+    return models, task
+
+
+def load_lm(checkpoint, data):
+    """(model in eval mode, the split -> token stream function) of a language-model checkpoint
+    trained on the binarized folder ``data``: the stream is the split as fairseq stored it (every
+    line followed by </s>), as one 1-D tensor."""
+    from fairseq.data import data_utils
+
+    models, task = load_checkpoint(checkpoint, data)
 
     def stream(split):
         dataset = data_utils.load_indexed_dataset(f"{data}/{split}", task.source_dictionary)

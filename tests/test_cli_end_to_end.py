@@ -13,6 +13,7 @@ fairseq LSTMs of width 16 trained for 4 updates: this checks plumbing (flags, st
 checkpoints that load back, the evaluation of the plugin's tasks), not quality.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CLI_ENV, COMMON, TINY_LM, TINY_MT, lm_train_argv, mt_train_argv, run_cli
-from score_kit import block_perplexity, generate_bleu, printed_perplexity
+from score_kit import block_perplexity, generate_bleu, load_checkpoint, printed_perplexity
 
 from fairseq_noising.schemes import SCHEMES  # every registered scheme
 from fairseq_noising.stats_cache import cache_path
@@ -75,19 +76,13 @@ def check_trained(proc, scheme, save_dir, data, caches):
             assert arrays["unigram"].sum() > 0
 
 
+@functools.cache
 def valid_batches(checkpoint, data):
     """The valid batches of the checkpoint's task as fairseq's evaluation commands make them: the
-    task rebuilt from the checkpoint's own config (``load_model_ensemble_and_task``, as
-    fairseq-eval-lm and fairseq-generate load it), valid loaded and batched in order, 20 rows a
-    batch, at epoch 1."""
-    from fairseq import checkpoint_utils
-
-    import fairseq_noising.models  # noqa: F401  (registers the plugin's models and tasks)
-    import fairseq_noising.tasks  # noqa: F401
-
-    _, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(data)}
-    )
+    task loaded as fairseq-eval-lm and fairseq-generate load it (``load_checkpoint``), valid
+    batched in order, 20 rows a batch, at epoch 1. Cached: the unnoised run's batches are every
+    scheme's reference."""
+    _, task = load_checkpoint(checkpoint, data)
     task.load_dataset("valid")
     batches = task.get_batch_iterator(task.dataset("valid"), max_sentences=20, epoch=1)
     return list(batches.next_epoch_itr(shuffle=False))
