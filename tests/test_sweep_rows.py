@@ -236,6 +236,12 @@ def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_
         t = row["training"]
         assert (t["halvings"], t["stop"], t["lr"], t["training_seconds"]) == facts
         assert page_tables.ending_words(row).startswith(words)
+        # a page's copy of a record whose at_end lacks the training time (an older version's):
+        # the facts the page read when it copied the row fill it
+        older = {k: v for k, v in rec["at_end"].items() if k != "training_seconds"}
+        record.write(str(run_dir), dict(rec, at_end=older, as_paged=dict(rec["at_end"])))
+        assert record.read(str(run_dir))["training"]["training_seconds"] == facts[3]
+        record.write(str(run_dir), rec)
         # a record without them (written before the training returned) cannot tell
         rec = record.read_record(str(run_dir))
         record.write(str(run_dir), {k: rec[k] for k in rec if k != "at_end"})

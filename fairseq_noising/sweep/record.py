@@ -206,10 +206,11 @@ def read(run_dir: str) -> Optional[Dict]:
         command=command(hydra, files["overrides"], cwd),
         table=((hydra.get("callbacks") or {}).get("row") or {}).get("table"),
     )
-    # without checkpoint_last.pt: what it said when the training returned, or when a page copied
-    # the row (a page's records)
+    # without checkpoint_last.pt: what it said when the training returned, and what a page that
+    # copied the row read then (a page's records; it fills what an older record's at_end lacks)
     paged = (rec or {}).get("as_paged")  # a page's copy: the row as it was when paged
-    row["training"] = progress.training(run_dir, cfg, (rec or {}).get("at_end") or paged)
+    ended = {**(paged or {}), **((rec or {}).get("at_end") or {})}
+    row["training"] = progress.training(run_dir, cfg, ended or None)
     if row["status"] == "training" and not paged and alive(row.get("process")) is False:
         row["status"] = "stopped"
     return row
