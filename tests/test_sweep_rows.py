@@ -18,7 +18,7 @@ import pytest
 import torch
 from row_kit import CWD, HALVED, LOG, checkpoint, valid, write_row
 
-from fairseq_noising.sweep import callback, page, page_tables, record, tables
+from fairseq_noising.sweep import callback, evaluate, page, page_tables, record, tables
 
 
 def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_checkpoint(tmp_path):
@@ -570,3 +570,28 @@ def test_a_failed_evaluation_writes_its_reason_into_the_record(tmp_path):
     assert rec["evaluation_error"] == missing
     assert (rec["status"], rec["error"]) == ("failed", f"evaluation: {missing}")
     assert "fairseq-noise-eval" in (run_dir / "eval.log").read_text()  # its output, for people
+
+
+def test_an_evaluation_recorded_without_its_chosen_model_gets_it_and_keeps_its_figures(tmp_path):
+    """A record of an earlier version holds the figures of an unchanged checkpoint_best.pt but
+    not which validation chose it: evaluating again adds it from the checkpoint (the epoch that
+    fairseq's iterator state names) and keeps the figures; nothing is evaluated again."""
+    run_dir = write_row(tmp_path / "none", scheme="none", gamma=0, log=LOG[:2])
+    torch.save(
+        checkpoint([], epoch=50, val_loss=4.4, updates=66400), run_dir / "checkpoint_best.pt"
+    )
+    figures = {
+        "valid_ppl": 84.13,
+        "test_ppl": 80.28,
+        "commands": ["fairseq-eval-lm data-bin/ptb"],
+        "checkpoint_mtime": os.path.getmtime(run_dir / "checkpoint_best.pt"),
+    }
+    record.write(str(run_dir), {"format": 2, "status": "ended", "evaluation": dict(figures)})
+    got = evaluate.evaluate_row(str(run_dir))
+    saved = record.read_record(str(run_dir))["evaluation"]
+    assert got == saved
+    assert saved["chosen"] == {
+        "updates": 66400, "loss": 4.4, "epoch": 49, "inside": False, "where": "the end of epoch 49"
+    }  # fmt: skip
+    assert {k: saved[k] for k in figures} == figures
+    assert page_tables.model_cell({"evaluation": saved}) == "epoch 49"

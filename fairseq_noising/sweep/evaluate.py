@@ -180,7 +180,8 @@ def chosen_by(checkpoint: str) -> Dict:
 
 def evaluate_row(run_dir: str) -> Dict:
     """Evaluates a row's ``checkpoint_best.pt`` and records the figures in its ``row.json``;
-    reuses the record's figures when the checkpoint has not changed since."""
+    reuses the record's figures when the checkpoint has not changed since (adding which
+    validation chose the checkpoint where an older record lacks it)."""
     from .. import models, optim, tasks  # noqa: F401  (registered with fairseq: in-process runs)
 
     files = record.hydra_files(run_dir)
@@ -194,7 +195,11 @@ def evaluate_row(run_dir: str) -> Dict:
         raise NoisingError(f"{checkpoint} is missing: the training saved no best checkpoint")
     stamp = os.path.getmtime(checkpoint)
     if (rec.get("evaluation") or {}).get("checkpoint_mtime") == stamp:
-        return rec["evaluation"]
+        figures = rec["evaluation"]
+        if "chosen" not in figures:  # recorded by a version that did not say: read it, keep all
+            figures["chosen"] = chosen_by(checkpoint)
+            record.write(run_dir, rec)
+        return figures
     if cfg["task"]["_name"].endswith("translation"):
         opts = dict(((hydra.get("callbacks") or {}).get("row") or {}))
         opts.setdefault("beam", 5)
