@@ -511,6 +511,18 @@ def test_a_resume_drops_what_the_stopped_process_did_after_its_last_save(tmp_pat
     assert t["runs"]["wall_seconds"] == 60.0 * (len(progress) - 1)
 
 
+def test_a_row_just_started_is_in_its_first_epoch(tmp_path):
+    # started, no progress record yet (fairseq logs every log_interval updates)
+    row = record.read(str(write_row(tmp_path / "r", progress=_progress((None, [], False)))))
+    assert (
+        record.position_words(row) == "epoch 1, before its first progress record, 0 of 2 halvings"
+    )
+    # its first progress record: a fraction of epoch 1
+    first = [("train_inner", {"epoch": 1, "update": 0.25, "lr": "1", "num_updates": "3"})]
+    row = record.read(str(write_row(tmp_path / "s", progress=_progress((None, first, False)))))
+    assert record.position_words(row) == "epoch 1 (25% of it), lr 1, 0 of 2 halvings"
+
+
 def test_a_row_without_a_progress_file_says_so(tmp_path):
     run_dir = write_row(tmp_path / "r", log=LOG)
     (run_dir / "progress.jsonl").unlink()

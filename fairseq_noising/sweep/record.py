@@ -266,6 +266,8 @@ def position_words(row: Dict) -> str:
     text = (
         f"epoch {int(done) + 1} ({done % 1:.0%} of it)" if done % 1 else f"after epoch {int(done)}"
     )
+    if not done:
+        text = "epoch 1, before its first progress record"
     if not done % 1 and saved.startswith("update ") and saved.endswith(f"epoch {int(done) + 1}"):
         text = saved  # saved inside the next epoch before a progress record said so
     if t["lr"] is not None:
