@@ -263,11 +263,12 @@ def position_words(row: Dict) -> str:
     """``epoch 3 (40% of it), lr 0.5, 1 of 8 halvings``: where the training is or stopped."""
     t = row["training"]
     done, saved = t["epochs_done"], t.get("resume_at") or ""
-    text = (
-        f"epoch {int(done) + 1} ({done % 1:.0%} of it)" if done % 1 else f"after epoch {int(done)}"
-    )
     if not done:
         text = "epoch 1, before its first progress record"
+    elif done % 1:
+        text = f"epoch {int(done) + 1} ({done % 1:.0%} of it)"
+    else:
+        text = f"after epoch {int(done)}"
     if not done % 1 and saved.startswith("update ") and saved.endswith(f"epoch {int(done) + 1}"):
         text = saved  # saved inside the next epoch before a progress record said so
     if t["lr"] is not None:
