@@ -561,6 +561,12 @@ def test_ending(status, stop, expected):
             | {"subword_sampling_side": "target", "subword_sampling_nbest": -1},
             "kn:source+sw0.2:target",
         ),
+        ({"noise_scheme": "kn", "precision": "fp32"}, "kn"),
+        ({"noise_scheme": "kn", "precision": "bf16"}, "kn@bf16"),
+        (
+            {"noise_scheme": "none", "subword_sampling_alpha": 0.1, "precision": "bf16"},
+            "none+sw0.1@bf16",
+        ),
     ],
 )
 def test_row_key(task, key):
@@ -701,3 +707,24 @@ def test_rows_with_subword_sampling_have_their_own_label_after_the_row_without()
     assert row_label("kn:source+sw0.2:target") == (
         "bigram Kneser-Ney, source only, subword sampling alpha 0.2 on the target only"
     )
+
+
+def test_each_rows_precision_is_on_the_page(sweep_of):
+    """fp32 and bf16 rows of one scheme and seed: their own lines (the paper's figures beside
+    both), a precision column, and the caption saying what each trained and was evaluated in;
+    a page of fp32 rows says so in its caption alone."""
+    fp32 = ended_lm("none", 0, 115.0, 110.5, 116.0)
+    bf16 = dict(ended_lm("none", 0, 116.0, 111.25, 117.0), key="none@bf16", precision="bf16")
+    bf16["name"] += "-bf16"
+    shown = sweep_of([fp32, bf16])
+    assert cells(shown.main, "none") == ["0", "115.00", "110.50", "84.3", "80.4"]
+    assert cells(shown.main, "none, bf16") == ["0", "116.00", "111.25", "84.3", "80.4"]
+    assert shown.every[0][:4] == ["row", "gamma_0", "precision", "Validation"]
+    assert [r[2] for r in shown.every[1:]] == ["fp32", "bf16"]
+    assert (
+        "Precision: each row's column; bf16 rows trained under torch.autocast, fp32 weights and "
+        "checkpoints; validation and evaluation in fp32 for every row." in shown.text
+    )
+    alone = sweep_of([fp32])
+    assert "Precision: fp32 (training and evaluation)." in alone.text
+    assert "precision" not in alone.every[0]

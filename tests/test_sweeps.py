@@ -529,3 +529,18 @@ def test_a_misspelled_row_field_stops_the_sweep_with_one_line_before_any_row(
     )
     assert "+task" not in proc.stderr  # not Hydra's advice
     assert not sweep_dir.exists() or not [p for p in sweep_dir.iterdir() if p.is_dir()]
+
+
+@pytest.mark.slow
+def test_a_bf16_row_has_its_own_folder_record_and_line_beside_the_fp32_row(ptb_tiny_bin, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    rows = ["task={noise_scheme:none,noise_gamma:0}", "task.precision=fp32,bf16"]
+    run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, *rows, "optimization.max_epoch=1"))
+    fp32, bf16 = record_of(sweep_dir / "none-g0-s1"), record_of(sweep_dir / "none-g0-s1-bf16")
+    assert (fp32["precision"], fp32["key"]) == ("fp32", "none")
+    assert (bf16["precision"], bf16["key"]) == ("bf16", "none@bf16")
+    assert "task.precision=bf16" in bf16["command"]
+    assert fp32["evaluation"]["valid_ppl"] != bf16["evaluation"]["valid_ppl"]
+    page = (sweep_dir / "results.md").read_text()
+    assert md_rows(page, "none, bf16")[0][2] == f"{bf16['evaluation']['valid_ppl']:.2f}†"
+    assert [r[2] for r in md_rows(page, "none-g0-s1-bf16")] == ["bf16"]

@@ -298,3 +298,19 @@ def running_fairseq_command() -> bool:
         return True
     entry = getattr(main, "cli_main", None)
     return (getattr(entry, "__module__", None) or "").startswith("fairseq_cli.")
+
+
+def command_common_config(model_cfg):
+    """The ``common`` settings (``--cpu``, ``--fp16``, ``--bf16``, ...) of the command that builds
+    a model from ``model_cfg``, or None where they cannot be told.
+
+    Depends on ``fairseq_cli.train.main`` calling ``task.build_model(cfg.model)`` with a node of
+    its whole OmegaConf config, whose parent (OmegaConf's ``_get_parent``) is the root holding
+    ``common``; an argparse model config (``--arch`` of a model without a dataclass) is the whole
+    Namespace, ``common``'s flags included.
+    """
+    get_parent = getattr(model_cfg, "_get_parent", None)
+    root = get_parent() if get_parent is not None else None
+    if root is not None and "common" in root:
+        return root.common
+    return model_cfg if hasattr(model_cfg, "fp16") else None

@@ -139,7 +139,9 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
             spread = [s[1] for s in (scores(r, lm) for r in picked) if s[1] is not None]
             cells += [len(picked), fmt(max(spread) - min(spread)) if len(spread) > 1 else NONE]
         if show_paper:
-            cells += [_paper_cell(p) for p in table["paper"].get(key, [None, None])]
+            cells += [
+                _paper_cell(p) for p in table["paper"].get(paper.paper_key(key), [None, None])
+            ]
         main.append(cells)
     header = ["Noising scheme" if lm else "Row", "gamma_0", "Validation", *score_names(lm)]
     header += ["seeds", f"{'Test' if lm else 'BLEU'} spread"] if seeds else []
@@ -201,7 +203,7 @@ def score_names(lm: bool) -> List[str]:
     return ["Test"] if lm else ["BLEU", "tok BLEU"]
 
 
-def _row_cells(row: Dict, lm: bool, seeds: bool) -> List[object]:
+def _row_cells(row: Dict, lm: bool, seeds: bool, precisions: bool) -> List[object]:
     t = row.get("training") or {}
     figures = scores(row, lm) if evaluated(row) else [None] * (2 if lm else 3)
     if not evaluated(row) and t.get("last_valid_ppl") is not None:
@@ -210,17 +212,20 @@ def _row_cells(row: Dict, lm: bool, seeds: bool) -> List[object]:
         valid = fmt(figures[0])
     halvings = NONE if t.get("halvings") is None else str(t["halvings"])
     cells = [row["name"], f"{row.get('gamma', 0):g}"] + ([str(row.get("seed"))] if seeds else [])
+    cells += [row.get("precision", "fp32")] * precisions
     cells += [valid, *(fmt(s) for s in figures[1:]), model_cell(row), t.get("epochs", NONE)]
     cells += [halvings, duration(t.get("training_seconds")), duration(t.get("wall_seconds"))]
     return cells + [runs_cell(row), ending_words(row)]
 
 
 def every_table(rows: List[Dict], lm: bool, seeds: bool) -> List[str]:
-    header = ["row", "gamma_0"] + ["seed"] * seeds + ["Validation", *score_names(lm)]
+    precisions = len({r.get("precision", "fp32") for r in rows}) > 1
+    header = ["row", "gamma_0"] + ["seed"] * seeds + ["precision"] * precisions
+    header += ["Validation", *score_names(lm)]
     header += ["model", "epochs", "halvings", "training time", "wall time", "processes"]
     header += ["training"]
     cells = [
-        _row_cells(r, lm, seeds)
+        _row_cells(r, lm, seeds, precisions)
         if r["status"] != "unreadable"
         else [r["name"]] + [NONE] * (len(header) - 2) + [ending_words(r)]
         for r in rows

@@ -37,7 +37,8 @@ def now() -> str:
 def row_key(task: Dict) -> str:
     """``kn``, or ``kn:source`` / ``kn:target`` for a translation row noising one side; with
     subword sampling ``+sw<alpha>``, then ``/<nbest>`` and ``:<side>`` unless they are -1, both
-    (``none+sw0.1/64``)."""
+    (``none+sw0.1/64``); trained in another precision than fp32, ``@<precision>`` last
+    (``kn@bf16``)."""
     scheme, side = str(task.get("noise_scheme", "none")), str(task.get("noise_side", "both"))
     key = scheme if side == "both" else f"{scheme}:{side}"
     alpha = _float(task.get("subword_sampling_alpha"), 0.0)
@@ -45,7 +46,12 @@ def row_key(task: Dict) -> str:
         nbest, side = task.get("subword_sampling_nbest", -1), task.get("subword_sampling_side")
         key += f"+sw{alpha:g}" + (f"/{nbest}" if nbest not in (None, -1) else "")
         key += f":{side}" if side not in (None, "both") else ""
-    return key
+    return key + ("" if precision(task) == "fp32" else f"@{precision(task)}")
+
+
+def precision(task: Dict) -> str:
+    """The precision a row trained in (``task.precision``; fp32 for a row from before it)."""
+    return str(task.get("precision") or "fp32")
 
 
 # ---------------------------------------------------------------------------- row.json
@@ -174,7 +180,7 @@ def relative(path: str, cwd: str) -> str:
 # ---------------------------------------------------------------------------- the row
 def read(run_dir: str) -> Optional[Dict]:
     """The row of a run folder (None: no row), for the page: ``name``, ``run_dir``, ``key``,
-    ``gamma``, ``seed``, ``config``, ``command``, ``cwd``, ``table``, ``status``, ``training``
+    ``precision``, ``gamma``, ``seed``, ``config``, ``command``, ``cwd``, ``table``, ``status``, ``training``
     (:func:`.progress.training`), ``evaluation``, ``error``, and ``where`` for a row that
     stopped. A folder whose files cannot be read is a row with status ``unreadable``."""
     rec = read_record(run_dir)
@@ -201,6 +207,7 @@ def read(run_dir: str) -> Optional[Dict]:
         config_name=hydra["job"]["config_name"],
         config_dir=sources[0] if sources else None,
         key=row_key(task),
+        precision=precision(task),
         gamma=_float(task.get("noise_gamma"), 0.0),
         seed=(cfg.get("common") or {}).get("seed"),
         command=command(hydra, files["overrides"], cwd),

@@ -64,6 +64,22 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + "s" * (n != 1)
 
 
+def precision_words(rows: List[Dict]) -> str:
+    """The precision the rows trained and were evaluated in (``task.precision``)."""
+    trained = sorted({r.get("precision", "fp32") for r in rows})
+    autocast = "torch.autocast, fp32 weights and checkpoints"
+    if trained in ([], ["fp32"]):
+        return "Precision: fp32 (training and evaluation)."
+    if trained == ["bf16"]:
+        return (
+            f"Precision: every row trained in bf16 ({autocast}); validation and evaluation in fp32."
+        )
+    return (
+        f"Precision: each row's column; bf16 rows trained under {autocast}; validation and "
+        "evaluation in fp32 for every row."
+    )
+
+
 def _summary(
     rows: List[Dict], good: List[Dict], table: Dict, lm: bool, seeds: bool, path_as: Sequence[str]
 ) -> List[str]:
@@ -111,6 +127,7 @@ def _summary(
         "Reached the end of the training protocol: "
         + (", ".join(complete) or "no row")
         + f". Figures marked {UNFINISHED} come from rows that did not (see every row below).",
+        precision_words(good),
     ]
     if inside:
         lines.append(

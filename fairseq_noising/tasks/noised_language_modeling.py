@@ -20,6 +20,7 @@ from ..fairseq_compat import ordered_batch_iterator, takes_initial_state
 from ..noiser import Noiser
 from ..stats_cache import read_token_stream
 from . import noising_config as noising
+from . import precision
 from . import subword_config as subword
 from .state_carrier import InjectingIterator, StateCarrier
 
@@ -28,7 +29,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class NoisedLanguageModelingConfig(
-    LanguageModelingConfig, noising.NoisingConfig, subword.SubwordSamplingConfig
+    LanguageModelingConfig,
+    noising.NoisingConfig,
+    subword.SubwordSamplingConfig,
+    precision.PrecisionConfig,
 ):
     stateful_bptt: bool = field(
         default=False,
@@ -186,6 +190,8 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             raise NoisingError(f"--stateful-bptt: {e}")
 
     def build_model(self, args, from_checkpoint=False):
+        if not from_checkpoint:
+            precision.check_training(self.args.precision, args)
         model = super().build_model(args, from_checkpoint)
         if self.carrier is not None:
             if not takes_initial_state(model):
@@ -229,6 +235,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if self.carrier is not None:
             self.carrier.inject(sample, "train")
+        criterion = precision.autocast_forward(self.args.precision, criterion)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):

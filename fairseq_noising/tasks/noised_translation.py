@@ -14,6 +14,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
 from . import noising_config as noising
+from . import precision
 from . import subword_config as subword
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,10 @@ TARGET_SIDE, SOURCE_SIDE = 0, 1
 
 @dataclass
 class NoisedTranslationConfig(
-    TranslationConfig, noising.NoisingConfig, subword.SubwordSamplingConfig
+    TranslationConfig,
+    noising.NoisingConfig,
+    subword.SubwordSamplingConfig,
+    precision.PrecisionConfig,
 ):
     noise_side: NOISE_SIDE_CHOICES = field(
         default="both",
@@ -128,3 +132,12 @@ class NoisedTranslationTask(TranslationTask):
                 samplers=samplers,
             )
         return self.datasets[split]
+
+    def build_model(self, cfg, from_checkpoint=False):
+        if not from_checkpoint:
+            precision.check_training(self.cfg.precision, cfg)
+        return super().build_model(cfg, from_checkpoint)
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        criterion = precision.autocast_forward(self.cfg.precision, criterion)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
