@@ -222,3 +222,25 @@ def test_the_speed_probe_leaves_the_random_state_as_it_was():
     before = torch.get_rng_state()
     assert precision.cpu_bf16_speedup() > 0
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.slow
+def test_a_bf16_translation_checkpoint_is_fp32_and_fairseq_generate_translates_every_sentence(
+    multi30k_small_bin, tmp_path
+):
+    save = tmp_path / "ckpt"
+    train = ["--max-update", 4, "--batch-size", 20, "--required-batch-size-multiple", 1]
+    argv = mt_train_argv(
+        multi30k_small_bin, *train, "--save-dir", save, "--precision", "bf16", model=TINY_MT
+    )
+    run_cli(["fairseq-train", *argv, "--optimizer", "adam", "--lr", 0.001], env=CLI_ENV)
+    model = state(save / "checkpoint_last.pt")["model"]
+    assert all(t.dtype == torch.float32 for t in model.values() if t.is_floating_point())
+    out = run_cli(
+        ["fairseq-generate", multi30k_small_bin, "--path", save / "checkpoint_last.pt", *COMMON]
+        + ["--task", "noised_translation", "-s", "en", "-t", "de", "--gen-subset", "valid"]
+        + ["--beam", 2, "--batch-size", 16, "--required-batch-size-multiple", 1],
+        env=CLI_ENV,
+    )
+    hypotheses = [line for line in out.stdout.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == 200  # every valid sentence of the slice

@@ -728,3 +728,13 @@ def test_each_rows_precision_is_on_the_page(sweep_of):
     alone = sweep_of([fp32])
     assert "Precision: fp32 (training and evaluation)." in alone.text
     assert "precision" not in alone.every[0]
+
+
+def test_the_evaluation_commands_are_said_to_print_what_they_print(sweep_of):
+    mt = sweep_of([ended_mt("kn", 0.2, 9.0, 30.0)], sentences=29000).text
+    assert "fairseq-validate prints the same validation perplexity" in mt
+    assert "its own BLEU line is fairseq's tokenized BLEU against the binarized references" in mt
+    assert "print the same figures" not in mt
+    lm = sweep_of([ended_lm("none", 0, 115.0, 110.5, 116.0)]).text
+    assert "the fairseq-eval-lm commands print the same perplexities, rounded:" in lm
+    assert "fairseq-generate" not in lm

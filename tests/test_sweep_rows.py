@@ -607,3 +607,37 @@ def test_an_evaluation_recorded_without_its_chosen_model_gets_it_and_keeps_its_f
     }  # fmt: skip
     assert {k: saved[k] for k in figures} == figures
     assert page_tables.model_cell({"evaluation": saved}) == "epoch 49"
+
+
+@pytest.mark.parametrize(
+    "command_line, params, expected",
+    [
+        (["task={noise_scheme:kn,noise_gamma:0.2},{noise_scheme:kn,noise_gamma:1.5}"], {},
+         ["row task={noise_scheme:kn,noise_gamma:1.5}: task.noise_gamma must lie in [0, 1], got 1.5"]),
+        (["task.noise_scheme=bogus,kn"], {},
+         ["row task.noise_scheme=bogus: task.noise_scheme: Invalid value 'bogus', expected one of "
+          "[none, blank, uniform, unigram"]),
+        ([], {"task": "{noise_scheme:kn,subword_sampling_alpha:-0.1}"},
+         ["row task={noise_scheme:kn,subword_sampling_alpha:-0.1}: task.subword_sampling_alpha "
+          "must be >= 0 (0: off; at most 1 for a BPE model), got -0.1"]),
+        (["task={noise_scheme:kn,noise_gamma:0.2}", "task.precision=fp32,bf16", "common.seed=1,2"],
+         {}, []),
+        (["task={noise_scheme:kn,noise_gamma:0.2}", "task.precision=bf32"], {},
+         ["row task={noise_scheme:kn,noise_gamma:0.2} task.precision=bf32: task.precision: "
+          "Invalid value 'bf32', expected one of [fp32, bf16]"]),
+    ],
+)  # fmt: skip
+def test_bad_row_values_are_one_line_each_before_any_row_trains(command_line, params, expected):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create(
+        {
+            "task": {"_name": "noised_translation", "noise_scheme": "none", "data": "???"},
+            "hydra": {"overrides": {"task": command_line}, "sweeper": {"params": params}},
+        }
+    )
+    lines = callback.bad_row_values(config)
+    assert len(lines) == len(expected)
+    for line, start in zip(lines, expected):
+        assert line.startswith(f"fairseq-noising: error: {start}"), line
+        assert "\n" not in line

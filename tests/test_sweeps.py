@@ -332,17 +332,26 @@ def md_rows(text, first_cell):
     return out
 
 
+FAILED = "fairseq-noising: error: --stateful-bptt: num_rows and block_size must be positive"
+
+
 @pytest.mark.slow
 def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_other(
     ptb_tiny_bin, tmp_path
 ):
     sweep_dir = tmp_path / "sweep"
-    rows = "task={noise_scheme:none,noise_gamma:0},{noise_scheme:kn,noise_gamma:0.2},{noise_scheme:kn,noise_gamma:1.5}"
+    # the third row's values pass the checks before training; its blocks of 0 tokens fail it
+    rows = "task={noise_scheme:none,noise_gamma:0},{noise_scheme:kn,noise_gamma:0.2},{noise_scheme:blank,noise_gamma:0.2,tokens_per_sample:0}"
     proc = run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, rows), check=False)
-    assert proc.returncode != 0  # the sweep says a row failed ...
-    failed = record_of(sweep_dir / "kn-g1.5-s1")
+    assert proc.returncode != 0  # the sweep says a row failed, in one line, no traceback
+    failed = record_of(sweep_dir / "blank-g0.2-s1")
     assert failed["status"] == "failed"
-    assert failed["error"] == "fairseq-noising: error: task.noise_gamma must lie in [0, 1], got 1.5"
+    assert failed["error"] == FAILED
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"fairseq-noising: error: 1 of 3 rows failed: blank-g0.2-s1 ({FAILED.removeprefix('fairseq-noising: error: ')}); "
+        f"every row: {sweep_dir}/results.md"
+    )
     page = (sweep_dir / "results.md").read_text()
     for name, key in (("none-g0-s1", "none"), ("kn-g0.2-s1", "kn")):  # ... the others ran through
         run_dir = sweep_dir / name
@@ -368,13 +377,11 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
     label = md_rows(page, "bigram Kneser-Ney")[0]
     kn = record_of(sweep_dir / "kn-g0.2-s1")["evaluation"]
     assert label[1:4] == ["0.2", f"{kn['valid_ppl']:.2f}†", f"{kn['test_ppl']:.2f}†"]
-    failed_cells = md_rows(page, "kn-g1.5-s1")[0]
-    assert failed_cells[-1] == (
-        "FAILED (fairseq-noising: error: task.noise_gamma must lie in [0, 1], got 1.5)"
-    )
-    assert not md_rows(page, "bigram Kneser-Ney")[1:]  # the failed kn row is no line of its own
+    failed_cells = md_rows(page, "blank-g0.2-s1")[0]
+    assert failed_cells[-1] == f"FAILED ({FAILED})"
+    assert not md_rows(page, "blank")  # the failed row is no line of the main table
     assert (sweep_dir / "results-curves.png").stat().st_size > 1000
-    for name in ("none-g0-s1", "kn-g0.2-s1", "kn-g1.5-s1"):  # every row's files beside the page
+    for name in ("none-g0-s1", "kn-g0.2-s1", "blank-g0.2-s1"):  # every row's files beside the page
         kept = sweep_dir / "results-rows" / name
         assert {"row.json", "progress.jsonl", "hydra_train.log"} <= {p.name for p in kept.iterdir()}
         assert (kept / ".hydra" / "config.yaml").read_text() == (
@@ -528,6 +535,25 @@ def test_a_misspelled_row_field_stops_the_sweep_with_one_line_before_any_row(
         "field 'noise_gama' (its fields: "
     )
     assert "+task" not in proc.stderr  # not Hydra's advice
+    assert not sweep_dir.exists() or not [p for p in sweep_dir.iterdir() if p.is_dir()]
+
+
+@pytest.mark.slow
+def test_bad_row_values_stop_the_sweep_with_one_line_each_before_any_row(ptb_tiny_bin, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    rows = "task={noise_scheme:bogus},{noise_scheme:kn,noise_gamma:1.5},{noise_scheme:none,noise_gamma:0}"
+    proc = run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, rows), check=False)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()[-2:]
+    assert lines[0].startswith(
+        "fairseq-noising: error: row task={noise_scheme:bogus}: task.noise_scheme: Invalid value "
+        "'bogus', expected one of [none, blank, uniform, unigram"
+    )
+    assert lines[1] == (
+        "fairseq-noising: error: row task={noise_scheme:kn,noise_gamma:1.5}: task.noise_gamma "
+        "must lie in [0, 1], got 1.5"
+    )
+    assert "Traceback" not in proc.stderr
     assert not sweep_dir.exists() or not [p for p in sweep_dir.iterdir() if p.is_dir()]
 
 

@@ -314,3 +314,30 @@ def command_common_config(model_cfg):
     if root is not None and "common" in root:
         return root.common
     return model_cfg if hasattr(model_cfg, "fp16") else None
+
+
+def every_example(task, dataset, kwargs: dict) -> dict:
+    """``get_batch_iterator``'s keyword arguments, such that an evaluation split loses no example.
+
+    Depends on ``fairseq.data.data_utils.batch_by_size``, which drops a last batch whose size is
+    not a multiple of ``--required-batch-size-multiple`` (default 8; facebookresearch/fairseq
+    issue 5036): indices are sorted by length, so fairseq-generate, fairseq-validate and the
+    validation inside fairseq-train leave out the longest sentences without a word. For any
+    dataset but the training subset's the multiple becomes 1, said once in one line; the
+    training split is batched as fairseq batches it.
+    """
+    multiple = kwargs.get("required_batch_size_multiple", 1) or 1
+    train = task.datasets.get(getattr(task.cfg, "train_subset", "train"))
+    if multiple == 1 or dataset is train:
+        return kwargs
+    if id(dataset) not in _TOLD:
+        _TOLD.add(id(dataset))
+        logger.info(
+            f"batching {len(dataset)} evaluation examples with --required-batch-size-multiple 1 "
+            f"instead of {multiple}: fairseq would drop a last batch of another size, the longest "
+            "examples"
+        )
+    return {**kwargs, "required_batch_size_multiple": 1}
+
+
+_TOLD: set = set()

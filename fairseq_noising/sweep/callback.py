@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 from contextlib import ExitStack
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -77,6 +77,9 @@ class RowCallback(Callback):
         line = unknown_task_field(config)
         if line:
             raise SystemExit(line)  # before any row trains: Hydra's own error would advise +task=
+        lines = bad_row_values(config)
+        if lines:
+            raise SystemExit("\n".join(lines))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         from .. import fairseq_compat
@@ -132,6 +135,8 @@ class RowCallback(Callback):
             rec.update(status="failed", error=one_line(job_return._return_value, config))
             record.write(run_dir, rec)
             logger.error(f"row {_name(run_dir)}: failed: {rec['error']}")
+            # what Hydra raises once the rows have run: the summary line, not a traceback
+            job_return.return_value = SystemExit(FailedRows(config.hydra.sweep.dir, self.page))
             return
         rec.update(status="ended", at_end=record.at_end(run_dir))
         rec.pop("error", None)
@@ -206,6 +211,81 @@ def unknown_task_field(config: DictConfig) -> Optional[str]:
                     known = ", ".join(sorted(fields - {"_name"}))
                     return f"{PREFIX}row {row}: the task has no field {key!r} (its fields: {known})"
     return None
+
+
+def bad_row_values(config: DictConfig) -> List[str]:
+    """One line per row (a job of the sweep, as Hydra's sweeper makes them) whose task values
+    the task refuses before reading any file: a choice it does not offer (``noise_scheme:bogus``),
+    a value out of range (``noise_gamma:1.5``, a negative subword alpha), naming the row, the
+    field, the value and what is allowed."""
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from .. import tasks  # noqa: F401  (the plugin's tasks, registered)
+    from ..errors import PREFIX, NoisingError
+
+    name = str(config.task.get("_name"))
+    dataclass, task = TASK_DATACLASS_REGISTRY.get(name), TASK_REGISTRY.get(name)
+    if dataclass is None or not hasattr(task, "check_values"):
+        return []
+    parser = OverridesParser.create()
+    # the config's rows first: a key the command line gives as well is the command line's
+    given = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    given += [str(o) for o in config.hydra.overrides.task]
+    base = OmegaConf.to_container(config.task, resolve=False)
+    parsed = parser.parse_overrides(given)
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override()}  # what names a row
+    lines = []
+    for job in BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]:
+        values, row, task_lines = dict(base), [], []
+        for o in parser.parse_overrides(job):
+            if o.key_or_group == "task" and isinstance(o.value(), dict):
+                values.update(o.value())
+            elif o.key_or_group.startswith("task.") and not o.is_delete():
+                values[o.key_or_group[len("task.") :]] = o.value()
+            else:
+                row += [o.input_line] * (o.key_or_group in swept)
+                continue
+            task_lines.append(o.input_line)
+            row += [o.input_line] * (o.key_or_group in swept)
+        row = row or task_lines  # a sweep of one row: its task overrides
+        try:
+            cfg = OmegaConf.merge(OmegaConf.structured(dataclass), values)
+            task.check_values(cfg)
+        except NoisingError as e:  # its flags (--noise-gamma) as the row's fields
+            fields = dataclass.__dataclass_fields__
+            words = [
+                f"task.{w[2:].replace('-', '_')}" if w[2:].replace("-", "_") in fields else w
+                for w in e.message.split(" ")
+            ]
+            lines.append(f"{PREFIX}row {' '.join(row)}: {' '.join(words)}")
+        except Exception as e:  # omegaconf's: a choice the field does not offer
+            text = str(e).strip().splitlines()[0]
+            key = getattr(e, "full_key", "") or ""
+            lines.append(f"{PREFIX}row {' '.join(row)}: task.{key}: {text}")
+    return lines
+
+
+class FailedRows:
+    """The line a sweep whose rows failed ends with (Hydra raises ``SystemExit(FailedRows)`` for
+    the first failed row once every row of the batch has run, and Python prints this): read from
+    the rows' records when printed, in the process that ran the sweep."""
+
+    def __init__(self, sweep_dir: str, page_path: Optional[str]):
+        self.sweep_dir, self.page_path = sweep_dir, page_path
+
+    def __str__(self) -> str:
+        from ..errors import PREFIX
+
+        rows = record.read_sweep(self.sweep_dir)
+        failed = [r for r in rows if r["status"] == "failed"]
+        said = "; ".join(
+            f"{r['name']} ({str(r.get('error')).removeprefix(PREFIX)})" for r in failed
+        )
+        where = self.page_path or os.path.join(self.sweep_dir, page.DEFAULT_NAME)
+        return f"{PREFIX}{len(failed)} of {len(rows)} rows failed: {said}; every row: {where}"
 
 
 def _name(run_dir: str) -> str:

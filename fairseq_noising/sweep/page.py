@@ -27,6 +27,7 @@ from . import events, record, render, tables
 
 LOCK = ".results.lock"
 OPTIONS = ".pages.json"  # each page's options, for the rewrites when rows end
+DEFAULT_NAME = "results.md"  # a sweep's page, in its folder
 
 
 @contextmanager
@@ -74,7 +75,7 @@ def write(
     """Writes the page of a sweep folder (default ``SWEEP_DIR/results.md``); None without rows.
     ``table``: the config whose table to use (default: the rows' own), in ``config_dir``
     (default: the one the rows' sweep was given). ``by_row``: the rewrite when a row ends."""
-    out = out or os.path.join(sweep_dir, "results.md")
+    out = out or os.path.join(sweep_dir, DEFAULT_NAME)
     with _one_writer(sweep_dir):
         config_dir = os.path.abspath(config_dir) if config_dir else None
         given = dict(table=table, title=title, show_paper=show_paper, config_dir=config_dir)

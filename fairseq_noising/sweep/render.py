@@ -181,7 +181,7 @@ def _shown(command: str, path_as: Sequence[str]) -> str:
     return shlex.join(words)
 
 
-def _commands(good: List[Dict], command: str, path_as: Sequence[str]) -> List[str]:
+def _commands(good: List[Dict], command: str, path_as: Sequence[str], lm: bool) -> List[str]:
     rows = [_shown(r["command"], path_as) for r in good]
     evals = [
         _shown(c, path_as) for r in good for c in (r.get("evaluation") or {}).get("commands", [])
@@ -197,8 +197,14 @@ def _commands(good: List[Dict], command: str, path_as: Sequence[str]) -> List[st
     ]
     if evals:
         lines += [
-            "Each row's evaluation (`fairseq-noise-eval` records the figures; the fairseq",
-            "commands after it print the same figures, rounded):",
+            "Each row's evaluation: `fairseq-noise-eval ROW_FOLDER` computes the figures above and",
+            "records them in the row's `row.json`;",
+            "the fairseq-eval-lm commands print the same perplexities, rounded:"
+            if lm
+            else "fairseq-validate prints the same validation perplexity (its ppl, rounded), and "
+            "fairseq-generate the test translations the BLEU scores, as tokens (its own BLEU "
+            "line is fairseq's tokenized BLEU against the binarized references, not the "
+            "page's):",
             "",
             *("    " + c for c in evals),
             "",
@@ -244,7 +250,7 @@ def render(
         "",
     ]
     lines += figure_1(groups, stem + "-curves.png", lm)
-    text = "\n".join(lines + _commands(good, command, path_as))
+    text = "\n".join(lines + _commands(good, command, path_as, lm))
     part = f"{out}.{os.getpid()}.part"
     with open(part, "w", encoding="utf-8") as f:
         f.write(text)

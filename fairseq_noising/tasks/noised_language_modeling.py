@@ -16,7 +16,7 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
-from ..fairseq_compat import ordered_batch_iterator, takes_initial_state
+from ..fairseq_compat import every_example, ordered_batch_iterator, takes_initial_state
 from ..noiser import Noiser
 from ..stats_cache import read_token_stream
 from . import noising_config as noising
@@ -89,7 +89,9 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         return dictionary, output_dictionary
 
     @classmethod
-    def setup_task(cls, args, **kwargs):
+    def check_values(cls, args) -> None:
+        """The checks of the flags' values alone, before any file is read (a sweep runs them on
+        every row before the first trains)."""
         noising.check_gamma(args.noise_gamma, "--noise-gamma")
         subword.check_flags(args)
         if subword.alpha_of(args) > 0:
@@ -99,6 +101,10 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
                         f"--subword-sampling-alpha does not apply with --{flag.replace('_', '-')} "
                         "(a new segmentation changes every example's length)"
                     )
+
+    @classmethod
+    def setup_task(cls, args, **kwargs):
+        cls.check_values(args)
         return super().setup_task(args, **kwargs)
 
     def _split_prefix(self, split, epoch):
@@ -210,7 +216,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
                 num_workers=num_workers,
                 epoch=epoch,
                 data_buffer_size=data_buffer_size,
-                **kwargs,
+                **every_example(self, dataset, kwargs),
             )
         # every item is a whole batch, read in order; rows are already split between ranks
         dataset.set_epoch(epoch)

@@ -13,6 +13,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
+from ..fairseq_compat import every_example
 from . import noising_config as noising
 from . import precision
 from . import subword_config as subword
@@ -60,10 +61,16 @@ class NoisedTranslationTask(TranslationTask):
     """
 
     @classmethod
-    def setup_task(cls, cfg, **kwargs):
+    def check_values(cls, cfg) -> None:
+        """The checks of the flags' values alone, before any file is read (a sweep runs them on
+        every row before the first trains)."""
         for flag in ("noise_gamma", "noise_gamma_source", "noise_gamma_target"):
             noising.check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
         subword.check_flags(cfg)
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        cls.check_values(cfg)
         data_dir = noising.check_data_dir(cfg.data)
         if cfg.source_lang is None or cfg.target_lang is None:
             cfg.source_lang, cfg.target_lang = data_utils.infer_language_pair(data_dir)
@@ -141,3 +148,6 @@ class NoisedTranslationTask(TranslationTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         criterion = precision.autocast_forward(self.cfg.precision, criterion)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def get_batch_iterator(self, dataset, **kwargs):
+        return super().get_batch_iterator(dataset, **every_example(self, dataset, kwargs))

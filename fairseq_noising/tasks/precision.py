@@ -8,10 +8,9 @@ cast to bf16, and in plain fairseq-train TPU mode) is refused with these tasks; 
 measurements behind the choice: ``docs/precision.md``.
 """
 
-from dataclasses import dataclass, field
-
 import logging
 import time
+from dataclasses import dataclass, field
 
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
