@@ -700,3 +700,31 @@ def test_console_script_error_is_one_line_on_stderr(tmp_path):
     assert proc.stderr.splitlines() == [
         f"fairseq-noising: error: {tmp_path / 'missing.log'} does not exist"
     ]
+
+
+@pytest.mark.slow
+def test_the_analyses_noise_exactly_as_the_checkpoints_training_did(tiny, reference):
+    """The CLIs' noiser (``LoadedModel.noiser``) and the one the checkpoint's task trains with
+    give the same noise for the same seed and epoch, ``</s>`` included (an ordinary word for a
+    language model unless --special-eos)."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_noising.cli.model_io import LoadedModel
+
+    _, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(tiny["ckpt"])], arg_overrides={"data": str(tiny["data"])}
+    )
+    assert not task.args.special_eos
+    task.load_dataset("train")
+    trained = task.dataset("train").noiser
+    cli = LoadedModel(str(tiny["ckpt"]), data=str(tiny["data"]), seed=task.args.seed).noiser()
+    tokens = np.array(reference["stream"]("train")[:4001])
+    context, target = tokens[:-1].reshape(40, 100), tokens[1:].reshape(40, 100)
+    assert (context == reference["dict"].eos()).sum() > 100
+    ids, positions = np.arange(40), np.tile(np.arange(100), (40, 1))
+    for epoch in (1, 2):
+        a = trained(context, target, ids, positions, epoch)
+        b = cli(context, target, ids, positions, epoch)
+        assert np.array_equal(a.context, b.context) and np.array_equal(a.target, b.target)
+        noised_eos = (context == reference["dict"].eos()) & (a.context != context)
+        assert noised_eos.any()  # </s> is noised as an ordinary word, by both

@@ -240,3 +240,25 @@ def test_sentencepiece_and_scoring_helpers(tmp_path):
     assert bleu.corpus_bleu([a, b], [a, b])["score"] == pytest.approx(100.0)
     with pytest.raises(NoisingError, match="2 hypotheses for 1 references"):
         bleu.corpus_bleu([a, b], [a])
+
+
+@pytest.mark.slow
+def test_a_model_with_fewer_pieces_than_asked_is_said_in_one_line(tmp_path, capsys):
+    import sentencepiece as spm
+
+    m30k = require_shared("multi30k")
+    head_lines(m30k / "train.en", tmp_path / "train.en", 300)
+    for asked in (8000, 200):
+        model = subwords.train_model(
+            [str(tmp_path / "train.en")], str(tmp_path / f"m{asked}"), asked
+        )
+        pieces = spm.SentencePieceProcessor(model_file=model).get_piece_size()
+        err = capsys.readouterr().err.strip().splitlines()
+        if asked == 8000:
+            assert pieces < 8000
+            assert err == [
+                f"{tmp_path}/m8000.model has {pieces:,} pieces, fewer than the 8,000 asked "
+                "(--vocab-size): its training text holds no more"
+            ]
+        else:
+            assert pieces == 200 and err == []

@@ -570,3 +570,26 @@ def test_a_bf16_row_has_its_own_folder_record_and_line_beside_the_fp32_row(ptb_t
     page = (sweep_dir / "results.md").read_text()
     assert md_rows(page, "none, bf16")[0][2] == f"{bf16['evaluation']['valid_ppl']:.2f}†"
     assert [r[2] for r in md_rows(page, "none-g0-s1-bf16")] == ["bf16"]
+
+
+@pytest.mark.slow
+def test_one_row_without_m_and_a_translation_sweep_without_references_stop_in_one_line(
+    multi30k_small_bin, tmp_path
+):
+    argv = sweep_argv("multi30k_cpu", multi30k_small_bin, tmp_path / "sweep")
+    alone = run_sweep([a for a in argv if a != "-m"] + [f"hydra.run.dir={tmp_path}/run"], False)
+    assert alone.returncode == 1 and "Traceback" not in alone.stderr
+    assert alone.stderr.strip().splitlines()[-1] == (
+        "fairseq-noising: error: the tables' configs run every row as a sweep job, which records, "
+        "evaluates and pages it: add -m (fairseq-hydra-train -m ...), for one row as well"
+    )
+    swept = run_sweep(argv, check=False)
+    assert swept.returncode == 1 and "Traceback" not in swept.stderr
+    assert (
+        swept.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "fairseq-noising: error: hydra.callbacks.row.reference is not set: the rows' BLEU needs "
+        )
+    )
+    assert not (tmp_path / "sweep").exists()

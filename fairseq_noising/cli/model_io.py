@@ -24,7 +24,7 @@ from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
 from ..fairseq_compat import final_state, takes_initial_state
 from ..stats_cache import load_or_build_stats, read_token_stream
-from ..tasks.noising_config import build_noiser, check_data_dir, load_split
+from ..tasks.noising_config import check_data_dir, load_split, task_noiser
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_noising.__file__))
 
@@ -125,17 +125,20 @@ class LoadedModel:
         return load_or_build_stats(self.train_prefix, raw, self.task.source_dictionary, "stream")
 
     def noiser(self, scheme=None, gamma=None, seed=None):
-        """The noiser of this checkpoint's scheme (or the given one) over its training statistics."""
+        """The noiser this checkpoint's training used (its ``</s>`` included), over its training
+        statistics; another scheme, gamma_0 or seed where given (the seed: this run's by
+        default)."""
         raw = self.raw_split(os.path.basename(self.train_prefix))
-        return build_noiser(
-            scheme if scheme is not None else self.scheme,
-            float(gamma if gamma is not None else self.gamma),
+        return task_noiser(
+            self.cfg.task,
             self.train_prefix,
             raw,
             self.task.source_dictionary,
             "stream",
+            0,
+            scheme=scheme,
+            gamma=gamma,
             seed=self.seed if seed is None else seed,
-            side=0,
         )
 
     def _dataset(self, split):

@@ -3,6 +3,7 @@ corpus encoded with them, and each model's pieces as a fairseq dictionary, for
 ``prepare_translation.py spm-dir``."""
 
 import os
+import sys
 from typing import Sequence
 
 from ..subword import SubwordModel
@@ -11,7 +12,9 @@ from .lines import SPLITS, read_lines, write_lines
 
 def train_model(inputs: Sequence[str], prefix: str, vocab_size: int, model_type="unigram") -> str:
     """``prefix.model`` and ``prefix.vocab`` trained on the text files ``inputs``, written
-    through a temporary name; the model's path."""
+    through a temporary name; the model's path. A model with fewer pieces than ``vocab_size``
+    (a text too small for it: ``hard_vocab_limit=False`` lets sentencepiece stop short) is said
+    in one line on stderr."""
     import sentencepiece as spm
 
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
@@ -28,6 +31,13 @@ def train_model(inputs: Sequence[str], prefix: str, vocab_size: int, model_type=
     )
     for ext in ("model", "vocab"):
         os.replace(f"{prefix}.part.{ext}", f"{prefix}.{ext}")
+    pieces = spm.SentencePieceProcessor(model_file=prefix + ".model").get_piece_size()
+    if pieces < vocab_size:
+        print(
+            f"{prefix}.model has {pieces:,} pieces, fewer than the {vocab_size:,} asked "
+            "(--vocab-size): its training text holds no more",
+            file=sys.stderr,
+        )
     return prefix + ".model"
 
 

@@ -327,7 +327,8 @@ def every_example(task, dataset, kwargs: dict) -> dict:
     training split is batched as fairseq batches it.
     """
     multiple = kwargs.get("required_batch_size_multiple", 1) or 1
-    train = task.datasets.get(getattr(task.cfg, "train_subset", "train"))
+    cfg = getattr(task, "args", None) or task.cfg  # fairseq's language_modeling keeps ``args``
+    train = task.datasets.get(getattr(cfg, "train_subset", "train"))
     if multiple == 1 or dataset is train:
         return kwargs
     if id(dataset) not in _TOLD:

@@ -69,11 +69,27 @@ class RowCallback(Callback):
         # options: table (title, note, paper figures), beam, reference, tok_reference,
         # tokenizer, lowercase, generate_args: read back from .hydra/hydra.yaml by the page and
         # the evaluation
-        self.page, self.title = page, title
+        self.page, self.title, self.options = page, title, options
         self._job = ExitStack()  # what this process's row changed of fairseq, undone at its end
         self._ended = False  # the row had ended before this job: nothing to train or record
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from ..errors import PREFIX
+
+        raise SystemExit(
+            f"{PREFIX}the tables' configs run every row as a sweep job, which records, evaluates "
+            "and pages it: add -m (fairseq-hydra-train -m ...), for one row as well"
+        )
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from ..errors import PREFIX
+
+        translation = str(config.task.get("_name", "")).endswith("translation")
+        if translation and not self.options.get("reference"):
+            raise SystemExit(
+                f"{PREFIX}hydra.callbacks.row.reference is not set: the rows' BLEU needs the raw "
+                "test references (recipes/multi30k.sh sets it: WORK/raw/test.de)"
+            )
         line = unknown_task_field(config)
         if line:
             raise SystemExit(line)  # before any row trains: Hydra's own error would advise +task=

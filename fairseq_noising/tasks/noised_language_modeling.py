@@ -141,17 +141,7 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             samplers["target"] = subword.build_sampler(self.args, data_dir, self.dictionary, raw, 0)
         noiser = None
         if is_train and self.args.noise_scheme != "none":
-            noiser = noising.build_noiser(
-                self.args.noise_scheme,
-                self.args.noise_gamma,
-                prefix,
-                raw,
-                self.dictionary,
-                mode="stream",
-                seed=self.args.seed,
-                side=0,
-                eos_special=self.args.special_eos,
-            )
+            noiser = noising.task_noiser(self.args, prefix, raw, self.dictionary, "stream", 0)
         if noiser is not None or samplers:
             self.datasets[split] = self.wrap_noised(self.datasets[split], noiser, samplers)
         return self.datasets[split]

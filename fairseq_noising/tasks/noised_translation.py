@@ -113,16 +113,10 @@ class NoisedTranslationTask(TranslationTask):
                     prefix, dictionary, self.cfg.dataset_impl, f"training {side} split"
                 )
                 if self.cfg.noise_scheme != "none" and self.cfg.noise_side in ("both", side):
-                    noisers[side] = noising.build_noiser(
-                        self.cfg.noise_scheme,
-                        self._side_gamma(side),
-                        prefix,
-                        raw,
-                        dictionary,
-                        mode="sentences",
-                        seed=self.cfg.seed,
-                        side=number,
-                    )
+                    noisers[side] = noising.task_noiser(
+                        self.cfg, prefix, raw, dictionary, "sentences", number,
+                        gamma=self._side_gamma(side),
+                    )  # fmt: skip
                 sampled = self.cfg.subword_sampling_side in ("both", side)
                 if subword.alpha_of(self.cfg) > 0 and sampled:
                     samplers[side] = subword.build_sampler(

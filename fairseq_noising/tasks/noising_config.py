@@ -104,3 +104,21 @@ def build_noiser(
         f"{float((scheme.gamma * stats.unigram).sum() / max(stats.num_tokens, 1)):.4f} per token"
     )
     return Noiser(scheme, seed=seed, side=side)
+
+
+def task_noiser(cfg, prefix, dataset, dictionary, mode, side, scheme=None, gamma=None, seed=None):
+    """The noiser a task config trains with on one side (``cfg``: a noised task's config, the
+    running task's or a checkpoint's): its scheme, gamma_0 and seed unless given, and its
+    ``</s>``: an ordinary word for a language model unless ``--special-eos``, always structural
+    in translation (whose config has no such flag). The tasks and the CLIs build it here alone."""
+    return build_noiser(
+        cfg.noise_scheme if scheme is None else scheme,
+        float(cfg.noise_gamma if gamma is None else gamma),
+        prefix,
+        dataset,
+        dictionary,
+        mode=mode,
+        seed=cfg.seed if seed is None else seed,
+        side=side,
+        eos_special=bool(getattr(cfg, "special_eos", True)),
+    )
