@@ -377,12 +377,12 @@ def test_figure_1_marks_every_point_and_counts_whole_epochs():
 
 
 @pytest.mark.slow
-def test_a_sweep_with_an_unknown_scheme_pages_the_good_row_and_the_bad_ones_line(
+def test_a_sweep_with_a_failing_row_pages_the_good_row_and_the_bad_ones_line(
     ptb_tiny_bin, tmp_path
 ):
-    """A user's two rows, one with a scheme that does not exist: the good row trains, evaluates
-    and is paged; the bad one fails at once with one line naming the field, the value and what
-    was expected; every console line names its row; the page's commands run as written from
+    """A user's two rows, one that cannot train (blocks of 0 tokens, which only the data's
+    loading refuses): the good row trains, evaluates and is paged; the bad one fails with one
+    line naming what was wrong, and the sweep ends with one summary line, no traceback; every console line names its row; the page's commands run as written from
     the folder the sweep ran in (the repository root) and give the page's figures."""
     from conftest import CLI_ENV, REPO, cli
 
@@ -391,26 +391,23 @@ def test_a_sweep_with_an_unknown_scheme_pages_the_good_row_and_the_bad_ones_line
         cli("fairseq-hydra-train"), "-m", "--config-dir", "recipes/config", "--config-name",
         "ptb_small", f"task.data={ptb_tiny_bin}", f"hydra.sweep.dir={sweep}",
         "++model.hidden_size=16", "optimization.max_epoch=1", "common.log_interval=5",
-        "task={noise_scheme:none,noise_gamma:0},{noise_scheme:bogus,noise_gamma:0.2}",
+        "task={noise_scheme:none,noise_gamma:0},{noise_scheme:blank,noise_gamma:0.2,tokens_per_sample:0}",
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, env=CLI_ENV, capture_output=True, text=True, timeout=900)
     console = done.stdout + done.stderr
     assert done.returncode != 0  # a row failed: the sweep says so
-    reason = (
-        "row bogus-g0.2-s1: failed: ValidationError: task.noise_scheme: Invalid value 'bogus', "
-        "expected one of ["
+    error = "--stateful-bptt: num_rows and block_size must be positive"
+    assert f"row blank-g0.2-s1: failed: fairseq-noising: error: {error}" in console
+    assert "Traceback" not in console
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"fairseq-noising: error: 1 of 2 rows failed: blank-g0.2-s1 ({error}); every row: "
+        f"{sweep}/results.md"
     )
-    assert reason in console
-    # the reason comes with the failure, before Hydra's traceback at the sweep's end
-    assert console.index(reason) < console.index("Traceback") if "Traceback" in console else True
     progress_lines = [line for line in done.stdout.splitlines() if "][train_inner][" in line]
     assert progress_lines and all("][none-g0-s1][train_inner][" in line for line in progress_lines)
     text = (sweep / "results.md").read_text()
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert (
-        "FAILED (ValidationError: task.noise_scheme: Invalid value 'bogus', expected one of ["
-        in rows["bogus-g0.2-s1"]
-    )
+    assert f"FAILED (fairseq-noising: error: {error})" in rows["blank-g0.2-s1"]
     assert "capped by --max-epoch, after epoch 1" in rows["none-g0-s1"]
     commands = [line[4:] for line in text.splitlines() if line.startswith("    ")]
     assert all(not word.startswith("/") for c in commands for word in shlex.split(c))
@@ -641,3 +638,19 @@ def test_bad_row_values_are_one_line_each_before_any_row_trains(command_line, pa
     for line, start in zip(lines, expected):
         assert line.startswith(f"fairseq-noising: error: {start}"), line
         assert "\n" not in line
+
+
+def test_a_process_started_after_the_row_ended_is_no_resume(tmp_path):
+    """A row's command run again once its training ended (its log imported, which keeps the
+    start) trains nothing: not a process of the row, and not in its wall time."""
+    saved = checkpoint(HALVED, epoch=6, val_loss=4.3, updates=50, seconds=321.5)
+    at = {"updates": 50, "where": "update 50"}
+    progress = _progress((None, LOG, False), (at, [], False))
+    t = record.read(str(write_row(tmp_path / "kn", progress=progress, saved=saved)))["training"]
+    assert t["stop"] == "halvings"
+    assert (t["runs"]["count"], t["runs"]["resumed"], t["runs"]["stops"]) == (1, 0, [])
+    assert t["wall_seconds"] == 60.0 * (len(progress) - 2)
+    # the same start while the row still trains is a process of its own
+    inside = checkpoint(HALVED, epoch=5, inside=3, updates=43)
+    t = record.read(str(write_row(tmp_path / "kn2", progress=progress, saved=inside)))["training"]
+    assert t["stop"] is None and t["runs"]["count"] == 2

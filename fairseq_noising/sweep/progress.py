@@ -127,13 +127,21 @@ def _finished_epochs(series: Dict, saved: Optional[Dict]) -> set:
     return finished
 
 
-def _runs(runs: List[Dict]) -> Dict:
+def _trained_nothing(run: Dict) -> bool:
+    """A process that resumed a row and recorded nothing after its start (a training log
+    imported with ``--import-logs`` keeps the start of a command run again on an ended row)."""
+    return run["from"] is not None and run["last"] == run["started"] and not run["validations"]
+
+
+def _runs(runs: List[Dict], ended: bool = False) -> Dict:
     """The processes that trained the row: how many resumed it, how many started it again from
-    scratch, when each stopped (a start without an end), and the wall time from the first
-    start to the last event."""
+    scratch, when each stopped (a start without an end; not the last one of a row whose
+    training ``ended``: an imported log has no end), and the wall time from the first start to
+    the last event."""
     resumed = sum(r["from"] is not None for r in runs)
     restarts = sum(r["from"] is None for r in runs[1:])
-    stops = [dict(at=r["last"], started=r["started"]) for r in runs if r["ended"] is None]
+    stopped = runs[:-1] if ended else runs
+    stops = [dict(at=r["last"], started=r["started"]) for r in stopped if r["ended"] is None]
     wall = runs[-1]["last"] - runs[0]["started"] if runs else None
     return {
         "count": len(runs),
@@ -198,7 +206,10 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
         stop = "max_epoch"
     if ended:
         lr = 0.0  # the scheduler's rate after the last halving
-    runs = _runs(series["runs"])
+    trained = series["runs"]
+    while stop and len(trained) > 1 and _trained_nothing(trained[-1]):
+        trained = trained[:-1]  # started again after the row had ended: no resume
+    runs = _runs(trained, ended=bool(stop))
     facts = {
         "recorded": (found[0]["tag"] != "imported" or "imported") if found else False,
         "epochs": len(valid_ppl),
