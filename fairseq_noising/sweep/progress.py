@@ -207,6 +207,8 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
     if ended:
         lr = 0.0  # the scheduler's rate after the last halving
     trained = series["runs"]
+    if saved is None and at_end and "stop" in at_end:  # the checkpoint is gone: as it said
+        stop = at_end["stop"]
     while stop and len(trained) > 1 and _trained_nothing(trained[-1]):
         trained = trained[:-1]  # started again after the row had ended: no resume
     runs = _runs(trained, ended=bool(stop))
