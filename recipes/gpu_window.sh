@@ -8,7 +8,7 @@
 #   OUT=out TIME_BUDGET=0.25 bash recipes/gpu_window.sh [OVERRIDE...]
 #
 # GPU_DIR (default .gpu) holds wheelhouse/, ptb/data-bin and multi30k/{raw,tok,data-bin}, built
-# online beforehand (README, One call of a GPU window). OUT gets window.tar.gz (GPU_DIR's rows and
+# online beforehand (docs/sweeps.md, One call of a GPU window). OUT gets window.tar.gz (GPU_DIR's rows and
 # pages without *.pt), the pages' .md files and window.log. OVERRIDEs go to both tables.
 # Environment: OUT, TIME_BUDGET (hours of this call), GPU_DIR, MPS (default 1), PYTHON (the
 # node's python3 with its CUDA torch), VENV (default .venv), PTB_ROWS (default none and kn at 0.2),

@@ -36,6 +36,13 @@ from score_kit import block_perplexity, generate_bleu, printed_perplexity, state
 from fairseq_noising.data_prep import ptb as prepare_ptb
 
 README = REPO / "README.md"
+# the pages whose commands this file runs, in this order: the README, then the sweeps' page
+# (its sweeps read the README's data-bin/ptb)
+DOCUMENTED = [README, REPO / "docs" / "sweeps.md"]
+
+
+def documented() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in DOCUMENTED)
 VENV = str(Path(sys.executable).parent.parent)
 
 # appended to each program's README command to make it a tiny CPU run; a fairseq-* command that is
@@ -220,6 +227,8 @@ def test_readme_has_the_commands_this_test_runs():
     progs = [c[0] for c in commands if not is_elided(c)]
     for prog in ("fairseq-preprocess", "fairseq-train", "fairseq-eval-lm", "fairseq-generate"):
         assert prog in progs, f"no {prog} command found in README.md's ```bash blocks"
+    swept = [c[0] for c in readme_commands(DOCUMENTED[1].read_text(encoding="utf-8"))]
+    assert "fairseq-hydra-train" in swept, "no fairseq-hydra-train command in docs/sweeps.md"
     assert progs.count("fairseq-train") >= 2
     # optional parts were dropped, continuations joined
     assert not any("[" in a or "]" in a or a == "\\" for c in commands for a in c)
@@ -227,9 +236,9 @@ def test_readme_has_the_commands_this_test_runs():
 
 def test_the_readme_says_how_its_commands_are_run():
     """Set-up leaves the commands in .venv unactivated: the README says how before its first
-    sweep or page command; its SLURM sweep has a CPU form beside the GPU one; and it says what
-    submitit's sacct warnings mean on a cluster without accounting."""
-    text = README.read_text(encoding="utf-8")
+    sweep or page command; its SLURM sweep has a CPU form beside the GPU one; and the sweeps'
+    page says what submitit's sacct warnings mean on a cluster without accounting."""
+    text = documented()
     activate = text.find("source .venv/bin/activate")
     found = [text.find(f"{prog} ") for prog in ("fairseq-hydra-train", "fairseq-noise-page")]
     assert 0 <= activate < min(i for i in found if i >= 0)
@@ -334,7 +343,7 @@ def test_readme_training_commands_match_the_tables_configs(task, config):
 @pytest.mark.slow
 def test_readme_commands_run(tmp_path):
     start = time.perf_counter()
-    timings = run_readme(README.read_text(encoding="utf-8"), tmp_path)
+    timings = run_readme(documented(), tmp_path)
     # the training commands wrote the checkpoints the evaluation commands read
     assert list(tmp_path.glob("checkpoints/*/checkpoint_best.pt"))
     assert (tmp_path / "data-bin" / "ptb" / "dict.txt").exists()
