@@ -43,6 +43,8 @@ DOCUMENTED = [README, REPO / "docs" / "sweeps.md"]
 
 def documented() -> str:
     return "\n".join(p.read_text(encoding="utf-8") for p in DOCUMENTED)
+
+
 VENV = str(Path(sys.executable).parent.parent)
 
 # appended to each program's README command to make it a tiny CPU run; a fairseq-* command that is
