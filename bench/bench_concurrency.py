@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairseq_noising.mps import mps_daemon
+from fairseq_noising.sweep.mps import mps_daemon
 
 from . import _common
 

@@ -1,4 +1,4 @@
-"""fairseq_noising/mps.py (recipes/mps.py): a CUDA MPS daemon of a sweep's own (MPS=1 in the recipes), tested on the CPU
+"""fairseq_noising/sweep/mps.py (recipes/mps.py): a CUDA MPS daemon of a sweep's own (MPS=1 in the recipes), tested on the CPU
 with a stand-in nvidia-cuda-mps-control that records how it was called: started, checked, the
 command run with the daemon's folders in its environment, stopped after, also when the command
 fails or is interrupted; a daemon that does not start or answer, or a machine without CUDA, is
@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from fairseq_noising import mps
+from fairseq_noising.sweep import mps
 
 STAND_IN = """#!/bin/sh
 # nvidia-cuda-mps-control stand-in: records each call (arguments, pipe folder, stdin)
