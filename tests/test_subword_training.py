@@ -7,6 +7,7 @@ and, through the real fairseq-train, the model trained with --num-workers 0 (the
 workers and after a resume, as tests/test_determinism.py shows for the noising).
 """
 
+import os
 import shutil
 
 import numpy as np
@@ -236,3 +237,49 @@ def test_a_language_model_trains_with_sampling(tmp_path, ptb_tiny_bin):
     assert "subword sampling with" in proc.stdout + proc.stderr
     state = checkpoint_state(tmp_path / "ckpt" / "checkpoint_last.pt")
     assert state["optimizer_history"][-1]["num_updates"] == 3
+
+
+def test_an_ended_epochs_loader_leaves_no_worker_behind(multi30k_spm_bin):
+    """A wrapped training set gets a new epoch iterator every epoch (it cannot be reused). Read
+    as fairseq-train reads it (a buffer of 10 batches filled by a thread), its data-loader
+    workers end with their epoch: none is alive once the epoch is read, and a process forked
+    after it (the next epoch's workers are) that drops its copy of the ended epoch's loader does
+    so quietly. Persistent workers stayed alive inside the old loader, whose copy, dropped in a
+    forked process, raised "AssertionError: can only test a child process" from
+    ``_MultiProcessingDataLoaderIter.__del__``."""
+    import gc
+    import multiprocessing
+    import time
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    argv = mt_train_argv(multi30k_spm_bin, *SAMPLING, "--batch-size", 64, model=TINY_MT)
+    task, _ = build_task(argv)
+    task.load_dataset("train")
+    batches = task.get_batch_iterator(
+        dataset=task.dataset("train"),
+        max_sentences=64,
+        num_workers=1,
+        epoch=1,
+        data_buffer_size=10,
+    )
+    for _ in batches.next_epoch_itr(shuffle=True):
+        pass
+    deadline = time.monotonic() + 30  # the buffer's thread reads the loader to its end
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert multiprocessing.active_children() == []
+    loaders = [o for o in gc.get_objects() if isinstance(o, _MultiProcessingDataLoaderIter)]
+
+    def drop_copy():  # of every loader still in memory (the ended epoch's is gone already)
+        try:
+            for loader in loaders:
+                loader.__del__()  # what the garbage collector runs when a copy goes
+        except AssertionError:
+            os._exit(1)
+        os._exit(0)
+
+    child = multiprocessing.get_context("fork").Process(target=drop_copy)
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0

@@ -342,3 +342,21 @@ def every_example(task, dataset, kwargs: dict) -> dict:
 
 
 _TOLD: set = set()
+
+
+def workers_end_with_their_epoch(iterator, dataset):
+    """``iterator`` (an ``EpochBatchIterator``) without persistent workers where ``dataset``
+    cannot reuse its epoch iterator (a noised or resampled training set: a new iterator each
+    epoch).
+
+    Depends on ``EpochBatchIterator.persistent_workers``, read when the epoch's ``DataLoader`` is
+    made (fairseq sets it from ``num_workers > 0``). Persistent workers outlive the epoch inside
+    the old loader, which is never used again; a process forked while it lives (the next
+    epoch's workers) holds a copy of it, and when that copy goes, torch's
+    ``_MultiProcessingDataLoaderIter.__del__`` tests workers that are not its children
+    ("AssertionError: can only test a child process"). Workers that end with their epoch leave
+    a loader that is shut down, whose copies go quietly.
+    """
+    if not getattr(dataset, "can_reuse_epoch_itr_across_epochs", True):
+        iterator.persistent_workers = False
+    return iterator

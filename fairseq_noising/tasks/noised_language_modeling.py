@@ -16,7 +16,12 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
-from ..fairseq_compat import every_example, ordered_batch_iterator, takes_initial_state
+from ..fairseq_compat import (
+    every_example,
+    ordered_batch_iterator,
+    takes_initial_state,
+    workers_end_with_their_epoch,
+)
 from ..noiser import Noiser
 from ..stats_cache import read_token_stream
 from . import noising_config as noising
@@ -201,13 +206,14 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
     def get_batch_iterator(self, dataset, num_workers=0, epoch=1, data_buffer_size=0, **kwargs):
         inner = dataset.dataset if isinstance(dataset, NoisedDataset) else dataset
         if not isinstance(inner, StatefulBPTTDataset):
-            return super().get_batch_iterator(
+            iterator = super().get_batch_iterator(
                 dataset,
                 num_workers=num_workers,
                 epoch=epoch,
                 data_buffer_size=data_buffer_size,
                 **every_example(self, dataset, kwargs),
             )
+            return workers_end_with_their_epoch(iterator, dataset)
         # every item is a whole batch, read in order; rows are already split between ranks
         dataset.set_epoch(epoch)
         if inner.pad is not None:

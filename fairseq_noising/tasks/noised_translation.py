@@ -13,7 +13,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
-from ..fairseq_compat import every_example
+from ..fairseq_compat import every_example, workers_end_with_their_epoch
 from . import noising_config as noising
 from . import precision
 from . import subword_config as subword
@@ -144,4 +144,5 @@ class NoisedTranslationTask(TranslationTask):
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def get_batch_iterator(self, dataset, **kwargs):
-        return super().get_batch_iterator(dataset, **every_example(self, dataset, kwargs))
+        iterator = super().get_batch_iterator(dataset, **every_example(self, dataset, kwargs))
+        return workers_end_with_their_epoch(iterator, dataset)
