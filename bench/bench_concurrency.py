@@ -195,8 +195,13 @@ def training_command(args, device, log_interval):
     cmd = [_common.cli("fairseq-hydra-train"), "--config-dir", str(_common.REPO / "recipes/config")]
     cmd += ["--config-name", f"ptb_{args.size}"]
     cmd += [f"task.data={args.data_bin.resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
-    # without the row callback nothing registers ${fairseq_noising.user_dir:}: name the folder
-    cmd += ["~hydra.callbacks.row", f"common.user_dir={_common.PLUGIN_DIR}"]
+    # without the row callback nothing registers the plugin's resolvers: name the folder, and
+    # the row's name in the console lines (${fairseq_noising.precision_tag:...} otherwise)
+    cmd += [
+        "~hydra.callbacks.row",
+        f"common.user_dir={_common.PLUGIN_DIR}",
+        "hydra.sweep.subdir=run",
+    ]
     cmd += [f"optimization.max_epoch={MAX_EPOCH}", f"common.log_interval={log_interval}"]
     return cmd + (["common.cpu=true"] if device == "cpu" else [])
 

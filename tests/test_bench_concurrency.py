@@ -31,8 +31,8 @@ COMMAND = [sys.executable, "-m", "bench.bench_concurrency"]  # run from the repo
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x$")
 # what each run sets besides the table's config: its row, no evaluation, the measurement's settings
 PER_RUN = (
-    "task=", "~hydra.callbacks.row", "common.user_dir=", "optimization.max_epoch=",
-    "common.log_interval=",
+    "task=", "~hydra.callbacks.row", "common.user_dir=", "hydra.sweep.subdir=",
+    "optimization.max_epoch=", "common.log_interval=",
 )  # fmt: skip
 
 
@@ -209,6 +209,7 @@ def test_each_run_is_the_tables_config_with_the_measurements_overrides(device, s
         "task={noise_scheme:none,noise_gamma:0}",
         "~hydra.callbacks.row",
         f"common.user_dir={REPO / 'fairseq_noising'}",
+        "hydra.sweep.subdir=run",
         "optimization.max_epoch=100000",
         f"common.log_interval={interval}",
     ] + (["common.cpu=true"] if device == "cpu" else [])
