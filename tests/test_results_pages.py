@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_noising.sweep import page, record, render, tables
+from fairseq_noising.sweep import page, record
+from fairseq_noising.sweep.page import render, tables
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 PAGES = sorted(RESULTS.glob("**/*.md"))

@@ -1,4 +1,4 @@
-"""A sweep's results page (fairseq_noising/sweep/page.py) from rows written here by hand, as
+"""A sweep's results page (fairseq_noising/sweep/page/) from rows written here by hand, as
 :func:`fairseq_noising.sweep.record.read` gives them (tests/test_sweep_rows.py tests that).
 
 Oracles: the cells worked out by hand in this file from those rows (gamma_0 the lowest mean
@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from fairseq_noising import analysis
-from fairseq_noising.sweep import page, record, tables
+from fairseq_noising.sweep import page, record
+from fairseq_noising.sweep.page import tables
 
 STARTED, ENDED = "2026-11-25 01:53:48 UTC", "2026-11-25 02:53:48 UTC"
 SPLITS = ("valid", "test")
@@ -693,7 +694,7 @@ def test_a_difference_to_none_is_read_against_both_spreads(sweep_of, test1, test
 
 
 def test_rows_with_subword_sampling_have_their_own_label_after_the_row_without():
-    from fairseq_noising.sweep.paper import row_label, row_order
+    from fairseq_noising.sweep.page.paper import row_label, row_order
 
     keys = ["none+sw0.1/64", "kn", "none", "kn:source+sw0.2:target", "kn:source"]
     assert sorted(keys, key=row_order) == [

@@ -18,7 +18,8 @@ import pytest
 import torch
 from row_kit import CWD, HALVED, LOG, checkpoint, valid, write_row
 
-from fairseq_noising.sweep import callback, evaluate, page, page_tables, record, tables
+from fairseq_noising.sweep import callback, evaluate, page, record
+from fairseq_noising.sweep.page import markdown, tables
 
 
 def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_checkpoint(tmp_path):
@@ -134,7 +135,7 @@ def test_a_row_whose_process_is_gone_is_stopped(tmp_path, monkeypatch):
 def test_a_pages_copy_shows_the_row_as_it_was_when_paged(tmp_path):
     """A page written while a row trained keeps "training" for that row after its process is
     gone (here, or on another machine that reads the committed copy); the row itself is stopped."""
-    from fairseq_noising.sweep import render
+    from fairseq_noising.sweep.page import render
 
     run_dir = write_row(tmp_path / "sweep" / "kn", log=LOG[:2])
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -161,7 +162,7 @@ def test_a_pages_figures_are_those_its_copied_records_give(tmp_path, monkeypatch
     written (its validation of epoch 3 lands between the page's reading and its copy)."""
     from row_kit import as_event
 
-    from fairseq_noising.sweep import render
+    from fairseq_noising.sweep.page import render
 
     sweep = tmp_path / "sweep"
     kn = write_row(sweep / "kn", log=LOG[:1], saved=checkpoint(HALVED[:1], epoch=2, val_loss=5.0))
@@ -235,7 +236,7 @@ def test_a_row_whose_checkpoints_are_gone_still_says_how_its_training_ended(tmp_
         row = record.read(str(run_dir))
         t = row["training"]
         assert (t["halvings"], t["stop"], t["lr"], t["training_seconds"]) == facts
-        assert page_tables.ending_words(row).startswith(words)
+        assert markdown.ending_words(row).startswith(words)
         # a page's copy of a record whose at_end lacks the training time (an older version's):
         # the facts the page read when it copied the row fill it
         older = {k: v for k, v in rec["at_end"].items() if k != "training_seconds"}
@@ -525,7 +526,7 @@ def test_a_row_without_a_progress_file_says_so(tmp_path):
     (run_dir / "progress.jsonl").unlink()
     t = record.read(str(run_dir))["training"]
     assert t["recorded"] is False and t["epochs"] == 0 and t["valid_ppl"] == {}
-    assert page_tables.runs_cell({"training": t}) == "no record"
+    assert markdown.runs_cell({"training": t}) == "no record"
 
 
 @pytest.mark.parametrize(
@@ -603,7 +604,7 @@ def test_an_evaluation_recorded_without_its_chosen_model_gets_it_and_keeps_its_f
         "updates": 66400, "loss": 4.4, "epoch": 49, "inside": False, "where": "the end of epoch 49"
     }  # fmt: skip
     assert {k: saved[k] for k in figures} == figures
-    assert page_tables.model_cell({"evaluation": saved}) == "epoch 49"
+    assert markdown.model_cell({"evaluation": saved}) == "epoch 49"
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from . import events, page, page_tables, progress, record
+from . import events, page, progress, record
+from .page import markdown
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ class RowCallback(Callback):
             logger.error(f"row {_name(run_dir)}: failed: {rec['error']}")
             return
         row = record.read(run_dir)
-        logger.info(f"row {_name(run_dir)}: {page_tables.ending_words(row) if row else 'ended'}")
+        logger.info(f"row {_name(run_dir)}: {markdown.ending_words(row) if row else 'ended'}")
 
     def _write_page(self, config: DictConfig) -> Optional[str]:
         try:
@@ -325,7 +326,7 @@ def _has_ended(run_dir: str) -> Optional[str]:
     if not row or row["status"] in ("unreadable",) or not row.get("training"):
         return None
     stop = row["training"]["stop"]
-    return page_tables.ending_words(dict(row, status="ended")) if stop else None
+    return markdown.ending_words(dict(row, status="ended")) if stop else None
 
 
 def _warn_inside_epochs(config: DictConfig) -> None:

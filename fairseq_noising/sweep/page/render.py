@@ -1,4 +1,4 @@
-"""A results page's text (:mod:`.page` writes it): the summary, the tables (:mod:`.page_tables`),
+"""A results page's text (the package :mod:`..page` writes it): the summary, the tables (:mod:`.markdown`),
 Figure 1 and the commands; the rows' files beside it."""
 
 import datetime
@@ -7,9 +7,9 @@ import shlex
 import shutil
 from typing import Dict, List, Sequence
 
-from . import events, progress, record
+from .. import events, progress, record
 from .figure import figure_1
-from .page_tables import (
+from .markdown import (
     INSIDE,
     UNFINISHED,
     duration,

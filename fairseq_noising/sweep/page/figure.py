@@ -3,8 +3,8 @@
 import os
 from typing import Dict, List
 
-from ..analysis.logs import lowered_at
-from .page_tables import picked_rows
+from ...analysis.logs import lowered_at
+from .markdown import picked_rows
 
 
 def figure_1(groups: Dict[str, List[Dict]], png: str, lm: bool) -> List[str]:
@@ -28,7 +28,7 @@ def figure_1(groups: Dict[str, List[Dict]], png: str, lm: bool) -> List[str]:
             )
             lr = {int(e): r for e, r in (t.get("train_lr") or {}).items() if r is not None}
             halved[label] = lowered_at(lr)
-    from ..analysis import plots  # matplotlib: only when drawing
+    from ...analysis import plots  # matplotlib: only when drawing
 
     plots.curves(runs, png, halved=halved)
     what = "Figure 1 of the paper" if lm else "As the paper's Figure 1, for translation"

@@ -6,7 +6,7 @@ paper's figures beside ours live with the tables' configs (``recipes/config/tabl
 :mod:`.tables`).
 """
 
-from ..schemes import REGISTRY
+from ...schemes import REGISTRY
 
 SIDES = {"both": "", "source": ", source only", "target": ", target only"}
 

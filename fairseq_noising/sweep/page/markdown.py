@@ -4,7 +4,8 @@ the seeds' means and spreads, and every row with how it trained, ended and was e
 from statistics import mean
 from typing import Dict, List, Optional
 
-from . import paper, record
+from .. import record
+from . import paper
 
 UNFINISHED = "†"  # a figure of a row short of the end of its protocol
 INSIDE = "‡"  # a figure of a model chosen by a validation inside an epoch

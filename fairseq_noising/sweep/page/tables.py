@@ -21,7 +21,7 @@ paper's columns appear only when asked for.
 import os
 from typing import Dict, List, Optional
 
-from ..errors import NoisingError
+from ...errors import NoisingError
 
 
 def from_config(name: str, config_dir: str) -> Dict:

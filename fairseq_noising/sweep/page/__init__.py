@@ -4,7 +4,7 @@
                        [--path-as FOLDER=SHOWN ...]
 
 Our figures (gamma_0 chosen per row key on validation, averaged over seeds), beside the paper's
-when the rows trained on the paper's data (:mod:`.tables`), every row (:mod:`.page_tables`),
+when the rows trained on the paper's data (:mod:`.tables`), every row (:mod:`.markdown`),
 Figure 1, and every command, as it runs from the folder the sweep ran in. Beside the page,
 ``PAGE-rows/`` holds each row's record, progress, evaluation output and training log: every
 figure on the page can be recomputed from them (``fairseq-noise-page PAGE-rows``). Each row
@@ -22,8 +22,9 @@ import sys
 from contextlib import contextmanager
 from typing import Dict, List, Optional, Sequence
 
-from ..errors import NoisingError
-from . import events, record, render, tables
+from ...errors import NoisingError
+from .. import events, record
+from . import render, tables
 
 LOCK = ".results.lock"
 OPTIONS = ".pages.json"  # each page's options, for the rewrites when rows end
@@ -117,7 +118,7 @@ def write(
 def import_logs(sweep_dir: str) -> List[str]:
     """Writes the progress file of each row that has none (or an imported one) from its
     training log (:func:`fairseq_noising.analysis.logs.progress_events`); the rows' names."""
-    from ..analysis.logs import progress_events
+    from ...analysis.logs import progress_events
 
     done = []
     for name in sorted(os.listdir(sweep_dir)):
