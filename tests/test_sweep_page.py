@@ -739,3 +739,31 @@ def test_the_evaluation_commands_are_said_to_print_what_they_print(sweep_of):
     lm = sweep_of([ended_lm("none", 0, 115.0, 110.5, 116.0)]).text
     assert "the fairseq-eval-lm commands print the same perplexities, rounded:" in lm
     assert "fairseq-generate" not in lm
+
+
+def test_a_row_whose_halvings_began_on_a_plateau_is_marked(sweep_of):
+    """The 1% rule halves after an epoch that improves validation by less than 1%; a row whose
+    first halving came above the table's plateau_ppl (15 for Multi30k) halved before its model
+    used its source, and the page says so; one that halved below it is not marked."""
+    plateau = ended_mt("kn", 0.2, 40.0, 2.7)
+    plateau["training"].update(
+        valid_ppl={"4": 55.5, "5": 57.14, "6": 47.03},
+        train_lr={"1": 1.0, "5": 1.0, "6": 0.5, "7": 0.25},
+    )
+    late = ended_mt("none", 0, 6.8, 35.0)
+    late["training"].update(
+        valid_ppl={"15": 7.9, "16": 7.92}, train_lr={"1": 1.0, "16": 1.0, "17": 0.5}
+    )
+    rows = [plateau, late]
+    table = dict(MULTI30K, plateau_ppl=15)
+    for r in rows:
+        r["table"] = table
+    got = sweep_of(rows, sentences=29000)
+    assert cells(got.every, "kn-both-g0.2")[-1].endswith(
+        "; halvings began on a plateau: valid 57.14 after epoch 5, above 15"
+    )
+    assert "plateau" not in cells(got.every, "none-both-g0")[-1]
+    # a table without the option marks nothing
+    for r in rows:
+        r["table"] = MULTI30K
+    assert "plateau" not in sweep_of(rows, sentences=29000).text

@@ -204,7 +204,9 @@ def score_names(lm: bool) -> List[str]:
     return ["Test"] if lm else ["BLEU", "tok BLEU"]
 
 
-def _row_cells(row: Dict, lm: bool, seeds: bool, precisions: bool) -> List[object]:
+def _row_cells(
+    row: Dict, lm: bool, seeds: bool, precisions: bool, plateau: Optional[float] = None
+) -> List[object]:
     t = row.get("training") or {}
     figures = scores(row, lm) if evaluated(row) else [None] * (2 if lm else 3)
     if not evaluated(row) and t.get("last_valid_ppl") is not None:
@@ -216,17 +218,45 @@ def _row_cells(row: Dict, lm: bool, seeds: bool, precisions: bool) -> List[objec
     cells += [row.get("precision", "fp32")] * precisions
     cells += [valid, *(fmt(s) for s in figures[1:]), model_cell(row), t.get("epochs", NONE)]
     cells += [halvings, duration(t.get("training_seconds")), duration(t.get("wall_seconds"))]
-    return cells + [runs_cell(row), ending_words(row)]
+    return cells + [runs_cell(row), ending_words(row) + plateau_words(row, plateau)]
 
 
-def every_table(rows: List[Dict], lm: bool, seeds: bool) -> List[str]:
+def first_halving(row: Dict) -> Optional[tuple]:
+    """(epoch, validation perplexity) of the epoch after which the rate first halved, from the
+    rates each epoch trained at; None before any halving."""
+    t = row.get("training") or {}
+    rates = {int(e): lr for e, lr in (t.get("train_lr") or {}).items() if lr is not None}
+    first = rates.get(1)
+    halved = sorted(e for e, lr in rates.items() if first and lr < first)
+    if not halved or halved[0] < 2:
+        return None
+    epoch = halved[0] - 1
+    return epoch, (t.get("valid_ppl") or {}).get(str(epoch))
+
+
+def plateau_words(row: Dict, plateau: Optional[float]) -> str:
+    """``; halvings began on a plateau ...`` for a row whose rate first halved while its
+    validation perplexity was above the table's ``plateau_ppl`` (a translation model that had not
+    begun to use its source yet); nothing otherwise."""
+    halving = first_halving(row) if plateau else None
+    if not halving or halving[1] is None or halving[1] <= plateau:
+        return ""
+    epoch, valid = halving
+    return (
+        f"; halvings began on a plateau: valid {fmt(valid)} after epoch {epoch}, above {plateau:g}"
+    )
+
+
+def every_table(
+    rows: List[Dict], lm: bool, seeds: bool, plateau: Optional[float] = None
+) -> List[str]:
     precisions = len({r.get("precision", "fp32") for r in rows}) > 1
     header = ["row", "gamma_0"] + ["seed"] * seeds + ["precision"] * precisions
     header += ["Validation", *score_names(lm)]
     header += ["model", "epochs", "halvings", "training time", "wall time", "processes"]
     header += ["training"]
     cells = [
-        _row_cells(r, lm, seeds, precisions)
+        _row_cells(r, lm, seeds, precisions, plateau)
         if r["status"] != "unreadable"
         else [r["name"]] + [NONE] * (len(header) - 2) + [ending_words(r)]
         for r in rows

@@ -242,7 +242,7 @@ def render(
     lines += main_table(groups, table, show_paper, lm, seeds) + [""]
     over_seeds = seeds_table(groups, lm) if seeds else []
     lines += over_seeds + [""] * bool(over_seeds)
-    lines += every_table(rows, lm, seeds) + [""]
+    lines += every_table(rows, lm, seeds, table.get("plateau_ppl")) + [""]
     lines += stops(good)
     link = os.path.basename(rows_dir)
     lines += [

@@ -55,6 +55,7 @@ def spec(table, name: str) -> Dict:
         "note": table.get("note") or "",
         "data": dict(table.get("data") or {}),
         "paper": paper,
+        "plateau_ppl": table.get("plateau_ppl"),  # translation: halvings that began above it
     }
 
 
