@@ -716,7 +716,7 @@ def test_the_analyses_noise_exactly_as_the_checkpoints_training_did(tiny, refere
     )
     assert not task.args.special_eos
     task.load_dataset("train")
-    trained = task.dataset("train").noiser
+    trained = task.dataset("train").noisers["target"]
     cli = LoadedModel(str(tiny["ckpt"]), data=str(tiny["data"]), seed=task.args.seed).noiser()
     tokens = np.array(reference["stream"]("train")[:4001])
     context, target = tokens[:-1].reshape(40, 100), tokens[1:].reshape(40, 100)

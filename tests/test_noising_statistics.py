@@ -102,7 +102,7 @@ def test_rates_and_proposals_match_the_oracle(ptb_bin, ptb_oracle, scheme):
 def test_uniform_proposal_is_what_the_table_says(ptb_bin):
     task, _ = build_task(lm_train_argv(ptb_bin, scheme="uniform", gamma=GAMMA))
     task.load_dataset("train")
-    q = task.dataset("train").noiser.scheme.proposal
+    q = task.dataset("train").noisers["target"].scheme.proposal
     support = np.flatnonzero(q)
     # every type seen in training: PTB's 9,999 words and the end of sentence
     assert support.size == 10000 and task.dictionary.eos() in support
@@ -118,7 +118,7 @@ def test_unigram_noising_pseudocounts_interpolate(ptb_bin, ptb_oracle):
     """
     task, _ = build_task(lm_train_argv(ptb_bin, scheme="unigram", gamma=GAMMA))
     task.load_dataset("train")
-    scheme = task.dataset("train").noiser.scheme
+    scheme = task.dataset("train").noisers["target"].scheme
     raw = data_utils.load_indexed_dataset(str(ptb_bin / "train"), task.dictionary)
     stream, _ = read_token_stream(raw)
     rows = 1000

@@ -80,7 +80,7 @@ def hand_oracle(special=()):
 def plugin_scheme(data, scheme, gamma0, *extra):
     task, _ = build_task(lm_train_argv(data, *extra, scheme=scheme, gamma=gamma0))
     task.load_dataset("train")
-    return task, task.dataset("train").noiser.scheme
+    return task, task.dataset("train").noisers["target"].scheme
 
 
 def per_word(task, array):

@@ -137,8 +137,8 @@ def m30k_oracles(multi30k_small_bin):
 def side_schemes(task):
     wrapper = task.dataset("train")
     return {
-        "source": (task.src_dict, wrapper.source_noiser.scheme),
-        "target": (task.tgt_dict, wrapper.target_noiser.scheme),
+        "source": (task.src_dict, wrapper.noisers["source"].scheme),
+        "target": (task.tgt_dict, wrapper.noisers["target"].scheme),
     }
 
 

@@ -3,7 +3,7 @@
 import logging
 
 import numpy as np
-from fairseq.data import BaseWrapperDataset, data_utils
+from fairseq.data import BaseWrapperDataset, LanguagePairDataset, data_utils
 
 from ..fairseq_compat import batching
 from .batch_noising import (
@@ -29,33 +29,19 @@ class NoisedDataset(BaseWrapperDataset):
     sampled length; ``filter_indices_by_size`` keeps the binarized ones.
 
     Args:
-        dataset: the clean dataset (``MonolingualDataset`` or ``LanguagePairDataset``).
-        layout: ``"lm"`` or ``"translation"``.
+        dataset: the clean dataset: a ``LanguagePairDataset`` (translation), else a language
+            model's (``MonolingualDataset``, stateful BPTT blocks).
         pad: the padding index.
-        noiser: for ``"lm"``, the noiser of (src_tokens, target); may be None.
-        source_noiser, target_noiser: for ``"translation"``, either may be None (side not noised).
-        samplers: ``{"source"|"target": SubwordSampler}``, the sides resampled (``"target"``
-            for ``"lm"``); None for none.
+        noisers: ``{"source"|"target": Noiser}``, the sides noised (a language model's noiser,
+            of its (src_tokens, target) pairs, is ``"target"``); None for none.
+        samplers: ``{"source"|"target": SubwordSampler}``, the sides resampled, keyed alike.
     """
 
-    def __init__(
-        self,
-        dataset,
-        layout,
-        pad,
-        noiser=None,
-        source_noiser=None,
-        target_noiser=None,
-        samplers=None,
-    ):
+    def __init__(self, dataset, pad, noisers=None, samplers=None):
         super().__init__(dataset)
-        if layout not in ("lm", "translation"):
-            raise ValueError(f"layout must be 'lm' or 'translation', got {layout!r}")
-        self.layout = layout
+        self.layout = "translation" if isinstance(dataset, LanguagePairDataset) else "lm"
         self.pad = pad
-        self.noiser = noiser
-        self.source_noiser = source_noiser
-        self.target_noiser = target_noiser
+        self.noisers = {side: n for side, n in (noisers or {}).items() if n is not None}
         self.samplers = samplers or {}
         self.epoch = 1
         self.lengths = None  # fairseq_compat.batching's lengths in epoch self.lengths_epoch
@@ -115,11 +101,10 @@ class NoisedDataset(BaseWrapperDataset):
     def noise_batch(self, batch, epoch=None):
         """The noised copy of a clean collated ``batch`` and the per-side noise details."""
         epoch = self.epoch if epoch is None else epoch
+        source, target = self.noisers.get("source"), self.noisers.get("target")
         if self.layout == "lm":
-            return noise_lm_batch(batch, self.noiser, epoch, self.pad)
-        return noise_translation_batch(
-            batch, self.source_noiser, self.target_noiser, epoch, self.pad
-        )
+            return noise_lm_batch(batch, target, epoch, self.pad)
+        return noise_translation_batch(batch, source, target, epoch, self.pad)
 
     def collater(self, samples):
         samples = resample_samples(samples, self.samplers, self.layout, self.epoch)

@@ -3,7 +3,6 @@
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 import torch
@@ -22,7 +21,6 @@ from ..fairseq_compat import (
     takes_initial_state,
     workers_end_with_their_epoch,
 )
-from ..noiser import Noiser
 from ..stats_cache import read_token_stream
 from . import noising_config as noising
 from . import precision
@@ -148,13 +146,10 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
         if is_train and self.args.noise_scheme != "none":
             noiser = noising.task_noiser(self.args, prefix, raw, self.dictionary, "stream", 0)
         if noiser is not None or samplers:
-            self.datasets[split] = self.wrap_noised(self.datasets[split], noiser, samplers)
+            self.datasets[split] = NoisedDataset(
+                self.datasets[split], self.dictionary.pad(), {"target": noiser}, samplers
+            )
         return self.datasets[split]
-
-    def wrap_noised(self, dataset, noiser: Optional[Noiser], samplers=None):
-        return NoisedDataset(
-            dataset, "lm", pad=self.dictionary.pad(), noiser=noiser, samplers=samplers
-        )
 
     # --- stateful truncated BPTT --------------------------------------------------------------
 

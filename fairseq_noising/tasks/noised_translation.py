@@ -125,12 +125,7 @@ class NoisedTranslationTask(TranslationTask):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         if noisers or samplers:
             self.datasets[split] = NoisedDataset(
-                self.datasets[split],
-                "translation",
-                pad=self.tgt_dict.pad(),
-                source_noiser=noisers.get("source"),
-                target_noiser=noisers.get("target"),
-                samplers=samplers,
+                self.datasets[split], self.tgt_dict.pad(), noisers, samplers
             )
         return self.datasets[split]
 

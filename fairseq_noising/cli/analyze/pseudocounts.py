@@ -67,7 +67,7 @@ def pair_counts(batches, pad, v):
 
 def compare_counts(args, task, wrapper) -> Dict:
     """Observed noised pair counts over ``--draws`` epochs against their exact expectation."""
-    scheme = wrapper.noiser.scheme
+    scheme = wrapper.noisers["target"].scheme
     pad, v = task.dictionary.pad(), len(task.dictionary)
     batches = clean_batches(wrapper.dataset)
     clean_keys, clean_counts = pair_counts(batches, pad, v)

@@ -108,15 +108,7 @@ class SideStats:
 
 
 def _noisers(task, wrapper) -> Dict:
-    if wrapper is None:
-        return {}
-    if wrapper.layout == "lm":
-        return {"target": wrapper.noiser}
-    return {
-        side: noiser
-        for side, noiser in (("source", wrapper.source_noiser), ("target", wrapper.target_noiser))
-        if noiser is not None
-    }
+    return {} if wrapper is None else dict(wrapper.noisers)
 
 
 class Preview:
