@@ -320,8 +320,8 @@ def every_example(task, dataset, kwargs: dict) -> dict:
     """``get_batch_iterator``'s keyword arguments, such that an evaluation split loses no example.
 
     Depends on ``fairseq.data.data_utils.batch_by_size``, which drops a last batch whose size is
-    not a multiple of ``--required-batch-size-multiple`` (default 8; facebookresearch/fairseq
-    issue 5036): indices are sorted by length, so fairseq-generate, fairseq-validate and the
+    not a multiple of ``--required-batch-size-multiple`` (default 8), and on the indices being
+    sorted by length before it batches them: fairseq-generate, fairseq-validate and the
     validation inside fairseq-train leave out the longest sentences without a word. For any
     dataset but the training subset's the multiple becomes 1, said once in one line; the
     training split is batched as fairseq batches it.

@@ -252,36 +252,29 @@ def bad_row_values(config: DictConfig) -> List[str]:
     given = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     given += [str(o) for o in config.hydra.overrides.task]
     base = OmegaConf.to_container(config.task, resolve=False)
+    fields = OmegaConf.create({"task": dict.fromkeys(dataclass.__dataclass_fields__)})
     parsed = parser.parse_overrides(given)
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()}  # what names a row
     lines = []
     for job in BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]:
-        values, row, task_lines = dict(base), [], []
-        for o in parser.parse_overrides(job):
-            if o.key_or_group == "task" and isinstance(o.value(), dict):
+        overrides = parser.parse_overrides(job)
+        ours = [
+            o for o in overrides if o.key_or_group.split(".")[0] == "task" and not o.is_delete()
+        ]
+        values = dict(base)
+        for o in ours:
+            if o.key_or_group == "task":
                 values.update(o.value())
-            elif o.key_or_group.startswith("task.") and not o.is_delete():
-                values[o.key_or_group[len("task.") :]] = o.value()
             else:
-                row += [o.input_line] * (o.key_or_group in swept)
-                continue
-            task_lines.append(o.input_line)
-            row += [o.input_line] * (o.key_or_group in swept)
-        row = row or task_lines  # a sweep of one row: its task overrides
+                values[o.key_or_group[len("task.") :]] = o.value()
+        named = [o for o in overrides if o.key_or_group in swept] or ours  # one row: its task's
+        row = " ".join(o.input_line for o in named)
         try:
-            cfg = OmegaConf.merge(OmegaConf.structured(dataclass), values)
-            task.check_values(cfg)
-        except NoisingError as e:  # its flags (--noise-gamma) as the row's fields
-            fields = dataclass.__dataclass_fields__
-            words = [
-                f"task.{w[2:].replace('-', '_')}" if w[2:].replace("-", "_") in fields else w
-                for w in e.message.split(" ")
-            ]
-            lines.append(f"{PREFIX}row {' '.join(row)}: {' '.join(words)}")
+            task.check_values(OmegaConf.merge(OmegaConf.structured(dataclass), values))
+        except NoisingError as e:  # a value out of range: its flag named as the row's field
+            lines.append(f"{PREFIX}row {row}: {one_line(e, fields).removeprefix(PREFIX)}")
         except Exception as e:  # omegaconf's: a choice the field does not offer
-            text = str(e).strip().splitlines()[0]
-            key = getattr(e, "full_key", "") or ""
-            lines.append(f"{PREFIX}row {' '.join(row)}: task.{key}: {text}")
+            lines.append(f"{PREFIX}row {row}: {one_line(e, fields).split(': ', 1)[1]}")
     return lines
 
 

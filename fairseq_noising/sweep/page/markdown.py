@@ -4,6 +4,7 @@ the seeds' means and spreads, and every row with how it trained, ended and was e
 from statistics import mean
 from typing import Dict, List, Optional
 
+from ...analysis.logs import lowered_at
 from .. import record
 from . import paper
 
@@ -225,12 +226,10 @@ def first_halving(row: Dict) -> Optional[tuple]:
     """(epoch, validation perplexity) of the epoch after which the rate first halved, from the
     rates each epoch trained at; None before any halving."""
     t = row.get("training") or {}
-    rates = {int(e): lr for e, lr in (t.get("train_lr") or {}).items() if lr is not None}
-    first = rates.get(1)
-    halved = sorted(e for e, lr in rates.items() if first and lr < first)
-    if not halved or halved[0] < 2:
+    lowered = lowered_at({int(e): lr for e, lr in (t.get("train_lr") or {}).items()})
+    if not lowered:
         return None
-    epoch = halved[0] - 1
+    epoch = lowered[0] - 1
     return epoch, (t.get("valid_ppl") or {}).get(str(epoch))
 
 
