@@ -655,3 +655,15 @@ def test_a_process_started_after_the_row_ended_is_no_resume(tmp_path):
     inside = checkpoint(HALVED, epoch=5, inside=3, updates=43)
     t = record.read(str(write_row(tmp_path / "kn2", progress=progress, saved=inside)))["training"]
     assert t["stop"] is None and t["runs"]["count"] == 2
+
+
+@pytest.mark.slow
+def test_a_table_read_in_process_leaves_fairseq_able_to_set_up_a_task(ptb_tiny_bin):
+    """Hydra keeps the version base of its first initialisation for the process: reading a
+    table's config (the page writer) must leave fairseq's own hydra.experimental.initialize,
+    which a version base above 1.1 refuses, working in the same process."""
+    from conftest import REPO, TINY_LM, build_task, lm_train_argv
+
+    assert tables.from_config("ptb_small", str(REPO / "recipes" / "config"))["title"]
+    task, _ = build_task(lm_train_argv(ptb_tiny_bin, "--batch-size", 5, model=TINY_LM))
+    assert task.dictionary is not None

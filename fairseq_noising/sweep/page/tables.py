@@ -38,7 +38,9 @@ def from_config(name: str, config_dir: str) -> Dict:
     from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base=None):
+    # version_base 1.1, as fairseq-hydra-train composes: Hydra keeps the version base for the
+    # process, and a later one makes fairseq's own hydra.experimental.initialize raise
+    with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base="1.1"):
         cfg = compose(config_name=name, return_hydra_config=True)
     row = OmegaConf.to_container(cfg.hydra.callbacks.get("row") or {}, resolve=False)
     return spec(row.get("table"), name)
