@@ -67,8 +67,8 @@ def ptb_train_stream(data_bin: Path):
     them: ``<blank>`` added to the dictionary, one ``</s>`` per line (929,589 tokens)."""
     from fairseq.data import Dictionary, data_utils
 
+    from fairseq_noising.noiser_factory import add_blank
     from fairseq_noising.stats_cache import read_token_stream
-    from fairseq_noising.tasks.noising_config import add_blank
 
     dictionary = Dictionary.load(str(data_bin / "dict.txt"))
     add_blank(dictionary)

@@ -121,8 +121,8 @@ def main(argv=None):
     from fairseq_noising.data.batch_noising import noise_lm_batch
     from fairseq_noising.ngram_stats import stream_stats
     from fairseq_noising.noiser import Noiser, positions_in_example
+    from fairseq_noising.noiser_factory import BLANK_SYMBOL, special_ids
     from fairseq_noising.schemes import SCHEMES, build_scheme
-    from fairseq_noising.tasks.noising_config import BLANK_SYMBOL, special_ids
 
     torch.set_num_threads(1)
     tokens, dictionary, _ = _common.ptb_train_stream(data_bin)

@@ -49,7 +49,7 @@ def main(argv=None):
     from fairseq.data import data_utils
 
     from fairseq_noising.ngram_stats import stream_stats
-    from fairseq_noising.stats_cache import cache_path, load_or_build_stats
+    from fairseq_noising.stats_cache import cache_path, load_or_build_stats, read_split
 
     tokens, dictionary, _ = _common.ptb_train_stream(data_bin)
     print(f"# {_common.machine_line()}")
@@ -81,7 +81,7 @@ def main(argv=None):
         copy = data_utils.load_indexed_dataset(prefix, dictionary, "mmap")
 
         def build():
-            load_or_build_stats(prefix, copy, dictionary, "stream")
+            load_or_build_stats(read_split(prefix, copy), dictionary, "stream")
 
         def uncache():
             if os.path.exists(cache_path(prefix)):

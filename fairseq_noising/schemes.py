@@ -33,6 +33,7 @@ from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
+from .errors import NoisingError
 from .ngram_stats import BigramStats
 
 
@@ -155,6 +156,12 @@ def _normalised(weights: np.ndarray, what: str) -> np.ndarray:
     return weights / total
 
 
+def check_gamma(value, flag: str) -> None:
+    """Every gamma_0 of the plugin is checked here (``flag``: what the user set; None: unset)."""
+    if value is not None and not 0.0 <= float(value) <= 1.0:
+        raise NoisingError(f"{flag} must lie in [0, 1], got {value}")
+
+
 def build_scheme(
     name: str,
     stats: BigramStats,
@@ -171,8 +178,7 @@ def build_scheme(
     spec = REGISTRY.get(name)
     if spec is None:
         raise ValueError(f"unknown noising scheme {name!r}; expected one of {', '.join(SCHEMES)}")
-    if not 0.0 <= gamma0 <= 1.0:
-        raise ValueError(f"gamma must lie in [0, 1], got {gamma0}")
+    check_gamma(gamma0, "gamma_0")
     if spec.uses_blank and blank_index is None:
         raise ValueError(f"the {name} scheme needs the index of the <blank> symbol")
     stats = stats.resized(vocab_size or stats.vocab_size)

@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 import zipfile
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,6 +26,20 @@ MODES = ("stream", "sentences")
 
 def cache_path(prefix: str) -> str:
     return prefix + ".noise_stats.npz"
+
+
+class TokenSplit(NamedTuple):
+    """A binarized split read once: its path prefix (the cache lies beside it), all its tokens
+    (int64) and the sizes of its items."""
+
+    prefix: str
+    tokens: np.ndarray
+    sizes: np.ndarray
+
+
+def read_split(prefix: str, dataset) -> TokenSplit:
+    """The :class:`TokenSplit` of ``dataset``, the indexed dataset loaded from ``prefix``."""
+    return TokenSplit(prefix, *read_token_stream(dataset))
 
 
 def read_token_stream(dataset):
@@ -92,28 +107,27 @@ def _save(path: str, key: str, stats: BigramStats) -> None:
             os.remove(tmp)
 
 
-def load_or_build_stats(prefix: str, dataset, dictionary, mode: str, use_cache: bool = True):
-    """Statistics of the binarized split at ``prefix`` (``dataset`` is its loaded indexed dataset).
+def load_or_build_stats(split: TokenSplit, dictionary, mode: str, use_cache: bool = True):
+    """Statistics of the binarized ``split`` (:func:`read_split`) over ``len(dictionary)`` ids.
 
     ``mode`` is ``"stream"`` (language modeling: bigrams across line ends) or ``"sentences"``
-    (translation: bigrams inside each sentence). Counts are over ``len(dictionary)`` ids.
+    (translation: bigrams inside each sentence).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     vocab_size = len(dictionary)
-    key = _key(prefix, dictionary.symbols, mode)
-    path = cache_path(prefix)
+    key = _key(split.prefix, dictionary.symbols, mode)
+    path = cache_path(split.prefix)
     if use_cache:
         stats = _load(path, key)
         if stats is not None and stats.vocab_size == vocab_size:
             logger.info(f"loaded noise statistics from {path}")
             return stats
-    tokens, sizes = read_token_stream(dataset)
     if mode == "stream":
-        stats = stream_stats(tokens, vocab_size)
+        stats = stream_stats(split.tokens, vocab_size)
     else:
-        stats = sentence_stats(tokens, sizes, vocab_size)
-    logger.info(f"computed noise statistics of {prefix} ({tokens.size} tokens)")
+        stats = sentence_stats(split.tokens, split.sizes, vocab_size)
+    logger.info(f"computed noise statistics of {split.prefix} ({split.tokens.size} tokens)")
     if use_cache:
         _save(path, key, stats)
     return stats

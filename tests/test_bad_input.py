@@ -25,8 +25,8 @@ from fairseq.data import Dictionary, data_utils, indexed_dataset
 
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.ngram_stats import BigramStats
-from fairseq_noising.stats_cache import cache_path, load_or_build_stats
-from fairseq_noising.tasks.noising_config import add_blank
+from fairseq_noising.noiser_factory import add_blank
+from fairseq_noising.stats_cache import cache_path, load_or_build_stats, read_split
 
 pytestmark = pytest.mark.slow  # binarized real data
 
@@ -330,11 +330,11 @@ def test_cache_is_written_once_then_loaded(lm_data, caplog):
     caplog.set_level(logging.INFO, logger="fairseq_noising")
     prefix, dataset, dictionary = load(lm_data)
     path = cache_path(prefix)
-    built = load_or_build_stats(prefix, dataset, dictionary, "stream")
+    built = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
     assert os.path.isfile(path)
     assert built.vocab_size == len(dictionary)
     caplog.clear()
-    again = load_or_build_stats(prefix, dataset, dictionary, "stream")
+    again = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
     assert any("loaded noise statistics" in r.getMessage() for r in caplog.records)
     assert_same(built, again)
 
@@ -370,22 +370,24 @@ CORRUPTIONS = {
 def test_corrupt_cache_is_detected_and_rebuilt(corruption, lm_data, caplog):
     prefix, dataset, dictionary = load(lm_data)
     path = cache_path(prefix)
-    fresh = load_or_build_stats(prefix, dataset, dictionary, "stream", use_cache=False)
-    load_or_build_stats(prefix, dataset, dictionary, "stream")  # a good cache, to corrupt
+    fresh = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream", use_cache=False)
+    load_or_build_stats(
+        read_split(prefix, dataset), dictionary, "stream"
+    )  # a good cache, to corrupt
     good_bytes = open(path, "rb").read()
     good_key = cache_key(path)
     CORRUPTIONS[corruption](type(lm_data)(path), good_bytes)
     assert open(path, "rb").read() != good_bytes
 
     caplog.set_level(logging.INFO, logger="fairseq_noising")
-    stats = load_or_build_stats(prefix, dataset, dictionary, "stream")
+    stats = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
     assert_same(stats, fresh)
     assert warnings_about(caplog, path), f"no warning about the corrupt cache {path}"
     assert any("computed noise statistics" in r.getMessage() for r in caplog.records)
     # the file was replaced by a valid cache that the next run uses as is
     assert cache_key(path) == good_key
     caplog.clear()
-    assert_same(load_or_build_stats(prefix, dataset, dictionary, "stream"), fresh)
+    assert_same(load_or_build_stats(read_split(prefix, dataset), dictionary, "stream"), fresh)
     assert any("loaded noise statistics" in r.getMessage() for r in caplog.records)
     assert not warnings_about(caplog, path)
 
@@ -393,10 +395,10 @@ def test_corrupt_cache_is_detected_and_rebuilt(corruption, lm_data, caplog):
 def rebuild_check(caplog, prefix, dataset, dictionary, old_key):
     """After a change: the cache is rebuilt (with a warning), equals a fresh build, is re-keyed."""
     path = cache_path(prefix)
-    fresh = load_or_build_stats(prefix, dataset, dictionary, "stream", use_cache=False)
+    fresh = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream", use_cache=False)
     caplog.clear()
     caplog.set_level(logging.INFO, logger="fairseq_noising")
-    stats = load_or_build_stats(prefix, dataset, dictionary, "stream")
+    stats = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
     assert_same(stats, fresh)
     assert stats.vocab_size == len(dictionary)
     assert any("other data or another dictionary" in m for m in warnings_about(caplog, path))
@@ -407,7 +409,7 @@ def rebuild_check(caplog, prefix, dataset, dictionary, old_key):
 
 def test_stale_cache_after_a_symbol_is_added_is_rebuilt(lm_data, caplog):
     prefix, dataset, dictionary = load(lm_data)
-    old = load_or_build_stats(prefix, dataset, dictionary, "stream")
+    old = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
     old_key = cache_key(cache_path(prefix))
     del dataset
     prefix, dataset, bigger = load(lm_data, extra_symbols=["a-new-word"])
@@ -418,7 +420,7 @@ def test_stale_cache_after_a_symbol_is_added_is_rebuilt(lm_data, caplog):
 def test_stale_cache_after_a_symbol_is_renamed_is_rebuilt(lm_data, caplog):
     """Same size, same data, but id 10 now means another word: the counts may not be reused."""
     prefix, dataset, dictionary = load(lm_data)
-    load_or_build_stats(prefix, dataset, dictionary, "stream")
+    load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
     old_key = cache_key(cache_path(prefix))
     lines = (lm_data / "dict.txt").read_text(encoding="utf-8").splitlines(keepends=True)
     word, count = lines[6].split(" ", 1)
@@ -431,7 +433,7 @@ def test_stale_cache_after_a_symbol_is_renamed_is_rebuilt(lm_data, caplog):
 
 def test_stale_cache_after_the_data_is_replaced_is_rebuilt(lm_data, caplog):
     prefix, dataset, dictionary = load(lm_data)
-    old = load_or_build_stats(prefix, dataset, dictionary, "stream")
+    old = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
     old_key = cache_key(cache_path(prefix))
     del dataset
     for ext in ("bin", "idx"):  # new files (new inodes): the old mapping is never written to
@@ -466,17 +468,17 @@ def make_read_only(directory, monkeypatch):
 def test_read_only_data_dir_computes_without_caching(existing, lm_data, caplog, monkeypatch):
     prefix, dataset, dictionary = load(lm_data)
     path = cache_path(prefix)
-    fresh = load_or_build_stats(prefix, dataset, dictionary, "stream", use_cache=False)
+    fresh = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream", use_cache=False)
     if existing == "stale-cache":  # built for another dictionary
         _, _, other = load(lm_data, extra_symbols=["another-word"])
-        load_or_build_stats(prefix, dataset, other, "stream")
+        load_or_build_stats(read_split(prefix, dataset), other, "stream")
     before = sorted(p.name for p in lm_data.iterdir())
     stale_bytes = open(path, "rb").read() if os.path.exists(path) else None
     try:
         make_read_only(lm_data, monkeypatch)
         caplog.set_level(logging.INFO, logger="fairseq_noising")
         for _ in range(2):  # twice: nothing is cached between the calls, nothing crashes
-            stats = load_or_build_stats(prefix, dataset, dictionary, "stream")
+            stats = load_or_build_stats(read_split(prefix, dataset), dictionary, "stream")
             assert_same(stats, fresh)
         assert any(
             "not caching" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING

@@ -8,7 +8,7 @@ from conftest import require_shared
 from fairseq.data import Dictionary, data_utils
 
 from fairseq_noising.ngram_stats import chen_goodman_discounts, sentence_stats, stream_stats
-from fairseq_noising.stats_cache import load_or_build_stats, read_token_stream
+from fairseq_noising.stats_cache import load_or_build_stats, read_split, read_token_stream
 
 
 def brute_force(pairs, tokens, vocab_size, stream_start=None):
@@ -74,7 +74,9 @@ def test_ptb_stream_stats_equal_brute_force(ptb_stream):
     assert_matches(stream_stats(tokens, len(dictionary)), expect, discounts)
     # the cached path gives the same statistics
     prefix = str(dataset_prefix(dataset))
-    assert_matches(load_or_build_stats(prefix, dataset, dictionary, "stream"), expect, discounts)
+    assert_matches(
+        load_or_build_stats(read_split(prefix, dataset), dictionary, "stream"), expect, discounts
+    )
 
 
 def dataset_prefix(dataset):

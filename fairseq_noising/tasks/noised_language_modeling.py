@@ -21,7 +21,8 @@ from ..fairseq_compat import (
     takes_initial_state,
     workers_end_with_their_epoch,
 )
-from ..stats_cache import read_token_stream
+from ..noiser_factory import add_blank, noised_sides, task_noiser
+from ..schemes import check_gamma
 from . import noising_config as noising
 from . import precision
 from . import subword_config as subword
@@ -86,16 +87,16 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
             noising.check_file(os.path.join(data_dir, "dict.txt"), "dictionary")
         dictionary, output_dictionary = super().setup_dictionary(args, **kwargs)
         if dictionary is not None:
-            noising.add_blank(dictionary)
+            add_blank(dictionary)
             if output_dictionary is not dictionary and hasattr(output_dictionary, "add_symbol"):
-                noising.add_blank(output_dictionary)
+                add_blank(output_dictionary)
         return dictionary, output_dictionary
 
     @classmethod
     def check_values(cls, args) -> None:
         """The checks of the flags' values alone, before any file is read (a sweep runs them on
         every row before the first trains)."""
-        noising.check_gamma(args.noise_gamma, "--noise-gamma")
+        check_gamma(args.noise_gamma, "--noise-gamma")
         subword.check_flags(args)
         if subword.alpha_of(args) > 0:
             for flag in ("stateful_bptt", "add_bos_token"):
@@ -116,45 +117,39 @@ class NoisedLanguageModelingTask(LanguageModelingTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         is_train = split == getattr(self.args, "train_subset", "train")
-        raw = None
-        if is_train:
-            prefix = self._split_prefix(split, epoch)
-            raw = noising.load_split(
-                prefix, self.dictionary, self.args.dataset_impl, "training split"
-            )
-        elif not indexed_dataset.dataset_exists(
-            self._split_prefix(split, 1), impl=self.args.dataset_impl
-        ):
+        prefix = self._split_prefix(split, epoch if is_train else 1)
+        stream = None  # the split's tokens, read once: for the training split or stateful BPTT
+        if is_train or self.carrier is not None:
+            what = "training split" if is_train else f"{split} split"
+            _, stream = noising.load_split(prefix, self.dictionary, self.args.dataset_impl, what)
+        elif not indexed_dataset.dataset_exists(prefix, impl=self.args.dataset_impl):
             raise NoisingError(
-                f"{split} split {self._split_prefix(split, 1)}.bin/.idx is missing "
+                f"{split} split {prefix}.bin/.idx is missing "
                 "(run fairseq-preprocess with --validpref/--testpref, or pass --valid-subset)"
             )
         if self.carrier is not None:
-            if raw is None:
-                prefix = self._split_prefix(split, 1)
-                raw = noising.load_split(
-                    prefix, self.dictionary, self.args.dataset_impl, f"{split} split"
-                )
-            self.datasets[split] = self._stateful_dataset(raw, is_train)
+            self.datasets[split] = self._stateful_dataset(stream.tokens, is_train)
         else:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        if not is_train:
+            return self.datasets[split]
+        noisers = {side: task_noiser(self.args, stream, self.dictionary, side)
+                   for side in noised_sides(self.args)}  # fmt: skip
         samplers = {}
-        if is_train and subword.alpha_of(self.args) > 0:
+        if subword.alpha_of(self.args) > 0:
             data_dir = os.path.dirname(prefix)
-            samplers["target"] = subword.build_sampler(self.args, data_dir, self.dictionary, raw, 0)
-        noiser = None
-        if is_train and self.args.noise_scheme != "none":
-            noiser = noising.task_noiser(self.args, prefix, raw, self.dictionary, "stream", 0)
-        if noiser is not None or samplers:
+            samplers["target"] = subword.build_sampler(
+                self.args, data_dir, self.dictionary, stream, 0
+            )
+        if noisers or samplers:
             self.datasets[split] = NoisedDataset(
-                self.datasets[split], self.dictionary.pad(), {"target": noiser}, samplers
+                self.datasets[split], self.dictionary.pad(), noisers, samplers
             )
         return self.datasets[split]
 
     # --- stateful truncated BPTT --------------------------------------------------------------
 
-    def _stateful_dataset(self, raw, is_train):
-        tokens, _ = read_token_stream(raw)
+    def _stateful_dataset(self, tokens, is_train):
         if is_train:
             if not self.args.batch_size:
                 raise NoisingError("--stateful-bptt needs --batch-size (the number of rows)")

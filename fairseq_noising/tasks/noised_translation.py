@@ -14,6 +14,8 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from ..data.noised_dataset import NoisedDataset
 from ..errors import NoisingError
 from ..fairseq_compat import every_example, workers_end_with_their_epoch
+from ..noiser_factory import SIDES, add_blank, noised_sides, task_noiser
+from ..schemes import check_gamma
 from . import noising_config as noising
 from . import precision
 from . import subword_config as subword
@@ -22,8 +24,8 @@ logger = logging.getLogger(__name__)
 
 NOISE_SIDE_CHOICES = ChoiceEnum(["both", "source", "target"])
 
-# noiser "side" numbers keep the source's and the target's random streams apart
-TARGET_SIDE, SOURCE_SIDE = 0, 1
+# the numbers that keep the source's and the target's random streams apart
+TARGET_SIDE, SOURCE_SIDE = SIDES["target"], SIDES["source"]
 
 
 @dataclass
@@ -65,7 +67,7 @@ class NoisedTranslationTask(TranslationTask):
         """The checks of the flags' values alone, before any file is read (a sweep runs them on
         every row before the first trains)."""
         for flag in ("noise_gamma", "noise_gamma_source", "noise_gamma_target"):
-            noising.check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
+            check_gamma(getattr(cfg, flag), "--" + flag.replace("_", "-"))
         subword.check_flags(cfg)
 
     @classmethod
@@ -81,13 +83,9 @@ class NoisedTranslationTask(TranslationTask):
         for lang in (cfg.source_lang, cfg.target_lang):
             noising.check_file(os.path.join(data_dir, f"dict.{lang}.txt"), f"{lang} dictionary")
         task = super().setup_task(cfg, **kwargs)
-        noising.add_blank(task.src_dict)
-        noising.add_blank(task.tgt_dict)
+        add_blank(task.src_dict)
+        add_blank(task.tgt_dict)
         return task
-
-    def _side_gamma(self, side):
-        value = getattr(self.cfg, f"noise_gamma_{side}")
-        return self.cfg.noise_gamma if value is None else value
 
     def _prefix(self, data_path, split, lang):
         src, tgt = self.cfg.source_lang, self.cfg.target_lang
@@ -104,23 +102,21 @@ class NoisedTranslationTask(TranslationTask):
             paths = utils.split_paths(self.cfg.data)
             data_path = paths[(epoch - 1) % len(paths)]
             sides = {
-                "source": (self.cfg.source_lang, self.src_dict, SOURCE_SIDE),
-                "target": (self.cfg.target_lang, self.tgt_dict, TARGET_SIDE),
+                "source": (self.cfg.source_lang, self.src_dict),
+                "target": (self.cfg.target_lang, self.tgt_dict),
             }
-            for side, (lang, dictionary, number) in sides.items():
+            noised = noised_sides(self.cfg)
+            for side, (lang, dictionary) in sides.items():
                 prefix = self._prefix(data_path, split, lang)
-                raw = noising.load_split(
+                _, stream = noising.load_split(
                     prefix, dictionary, self.cfg.dataset_impl, f"training {side} split"
                 )
-                if self.cfg.noise_scheme != "none" and self.cfg.noise_side in ("both", side):
-                    noisers[side] = noising.task_noiser(
-                        self.cfg, prefix, raw, dictionary, "sentences", number,
-                        gamma=self._side_gamma(side),
-                    )  # fmt: skip
+                if side in noised:
+                    noisers[side] = task_noiser(self.cfg, stream, dictionary, side)
                 sampled = self.cfg.subword_sampling_side in ("both", side)
                 if subword.alpha_of(self.cfg) > 0 and sampled:
                     samplers[side] = subword.build_sampler(
-                        self.cfg, data_path, dictionary, raw, number, lang
+                        self.cfg, data_path, dictionary, stream, SIDES[side], lang
                     )
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         if noisers or samplers:

@@ -1,8 +1,9 @@
-"""What both noised tasks share: the noising flags, their checks, and building the noisers."""
+"""What both noised tasks share: the noising flags, and reading their data files with one-line
+checks (the noisers: :mod:`fairseq_noising.noiser_factory`)."""
 
-import logging
 import os
 from dataclasses import dataclass, field
+from typing import Any, Tuple
 
 from fairseq import utils
 from fairseq.data import data_utils, indexed_dataset
@@ -10,13 +11,9 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import II
 
 from ..errors import NoisingError
-from ..noiser import Noiser
-from ..schemes import SCHEMES, build_scheme, scheme_help
-from ..stats_cache import load_or_build_stats, read_token_stream
+from ..schemes import SCHEMES, scheme_help
+from ..stats_cache import TokenSplit, read_split
 
-logger = logging.getLogger(__name__)
-
-BLANK_SYMBOL = "<blank>"
 NOISE_SCHEME_CHOICES = ChoiceEnum(list(SCHEMES))
 
 
@@ -32,11 +29,6 @@ class NoisingConfig(FairseqDataclass):
     )
     seed: int = II("common.seed")
     train_subset: str = II("dataset.train_subset")
-
-
-def check_gamma(value, flag: str) -> None:
-    if value is not None and not 0.0 <= float(value) <= 1.0:
-        raise NoisingError(f"{flag} must lie in [0, 1], got {value}")
 
 
 def check_data_dir(data) -> str:
@@ -56,8 +48,9 @@ def check_file(path: str, what: str) -> None:
         raise NoisingError(f"{what} {path} is missing (expected fairseq-preprocess output)")
 
 
-def load_split(prefix: str, dictionary, impl, what: str):
-    """The binarized split at ``prefix``; a one-line error if it is missing or empty."""
+def load_split(prefix: str, dictionary, impl, what: str) -> Tuple[Any, TokenSplit]:
+    """The binarized split at ``prefix`` and its tokens, read once; a one-line error if it is
+    missing or empty, or holds ids its dictionary has not."""
     if not indexed_dataset.dataset_exists(prefix, impl=impl):
         raise NoisingError(f"{what} {prefix}.bin/.idx is missing (run fairseq-preprocess first)")
     empty = f"{what} {prefix}.bin is empty: expected binarized text"
@@ -66,59 +59,10 @@ def load_split(prefix: str, dictionary, impl, what: str):
     dataset = data_utils.load_indexed_dataset(prefix, dictionary, impl)
     if dataset is None or len(dataset) == 0 or int(dataset.sizes.sum()) == 0:
         raise NoisingError(empty)
-    tokens, _ = read_token_stream(dataset)
-    if int(tokens.max()) >= len(dictionary):
+    split = read_split(prefix, dataset)
+    if int(split.tokens.max()) >= len(dictionary):
         raise NoisingError(
-            f"{what} {prefix}.bin holds token id {int(tokens.max())} but its dictionary has only "
-            f"{len(dictionary)} symbols: the data and the dict file do not match"
+            f"{what} {prefix}.bin holds token id {int(split.tokens.max())} but its dictionary has "
+            f"only {len(dictionary)} symbols: the data and the dict file do not match"
         )
-    return dataset
-
-
-def add_blank(dictionary) -> int:
-    """Adds ``<blank>`` (whatever the scheme, so every model shares one dictionary)."""
-    return dictionary.add_symbol(BLANK_SYMBOL)
-
-
-def special_ids(dictionary, eos_special: bool = True):
-    """Symbols that are never noised, drawn or replaced: padding, ``<s>``, ``<blank>``, the other
-    reserved symbols but ``<unk>``, and ``</s>`` unless ``eos_special`` is False (language
-    modeling, where ``</s>`` is an ordinary word as ``<eos>`` is in the authors' code)."""
-    ordinary = {dictionary.unk()} if eos_special else {dictionary.unk(), dictionary.eos()}
-    reserved = [i for i in range(dictionary.nspecial) if i not in ordinary]
-    return reserved + [dictionary.index(BLANK_SYMBOL)]
-
-
-def build_noiser(
-    scheme_name, gamma, prefix, dataset, dictionary, mode, seed, side, eos_special=True
-):
-    """A :class:`Noiser` for one side, from the (cached) statistics of its training data."""
-    stats = load_or_build_stats(prefix, dataset, dictionary, mode)
-    blank = dictionary.index(BLANK_SYMBOL)
-    specials = special_ids(dictionary, eos_special)
-    scheme = build_scheme(
-        scheme_name, stats, gamma, specials, blank_index=blank, vocab_size=len(dictionary)
-    )
-    logger.info(
-        f"noising {prefix} with {scheme_name}, gamma_0={gamma}: mean noising probability "
-        f"{float((scheme.gamma * stats.unigram).sum() / max(stats.num_tokens, 1)):.4f} per token"
-    )
-    return Noiser(scheme, seed=seed, side=side)
-
-
-def task_noiser(cfg, prefix, dataset, dictionary, mode, side, scheme=None, gamma=None, seed=None):
-    """The noiser a task config trains with on one side (``cfg``: a noised task's config, the
-    running task's or a checkpoint's): its scheme, gamma_0 and seed unless given, and its
-    ``</s>``: an ordinary word for a language model unless ``--special-eos``, always structural
-    in translation (whose config has no such flag). The tasks and the CLIs build it here alone."""
-    return build_noiser(
-        cfg.noise_scheme if scheme is None else scheme,
-        float(cfg.noise_gamma if gamma is None else gamma),
-        prefix,
-        dataset,
-        dictionary,
-        mode=mode,
-        seed=cfg.seed if seed is None else seed,
-        side=side,
-        eos_special=bool(getattr(cfg, "special_eos", True)),
-    )
+    return dataset, split

@@ -9,10 +9,9 @@ from typing import Optional
 from fairseq.dataclass import FairseqDataclass
 
 from ..errors import NoisingError
-from ..stats_cache import read_token_stream
+from ..noiser_factory import BLANK_SYMBOL
 from ..subword import SubwordModel, SubwordSampler
 from ..subword.model import BPE
-from .noising_config import BLANK_SYMBOL
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +79,10 @@ def model_path(cfg, data_dir: str, lang: Optional[str] = None) -> str:
     )
 
 
-def build_sampler(cfg, data_dir, dictionary, raw, side: int, lang: Optional[str] = None):
+def build_sampler(cfg, data_dir, dictionary, split, side: int, lang: Optional[str] = None):
     """A :class:`SubwordSampler` for one side, checked against its dictionary, holding what it
-    needs of its training split ``raw`` (word lattices, or the n best of each sentence)."""
+    needs of its training ``split`` (a :class:`~fairseq_noising.stats_cache.TokenSplit`: word
+    lattices, or the n best of each sentence)."""
     path = model_path(cfg, data_dir, lang)
     model = SubwordModel(path)
     alpha, nbest = float(cfg.subword_sampling_alpha), int(cfg.subword_sampling_nbest)
@@ -100,7 +100,7 @@ def build_sampler(cfg, data_dir, dictionary, raw, side: int, lang: Optional[str]
     how = f"the {nbest} best of each sentence" if nbest >= 1 else "every segmentation"
     how = "BPE-dropout" if model.model_type == BPE else how
     units = "sentences (runs of words)" if nbest >= 1 and model.model_type != BPE else "words"
-    count = sampler.prepare(*read_token_stream(raw))
+    count = sampler.prepare(split.tokens, split.sizes)
     logger.info(
         f"subword sampling with {path} ({model.kind}, {how}), alpha={alpha}: the training "
         f"split's {count} distinct {units} prepared"

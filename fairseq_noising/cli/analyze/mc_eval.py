@@ -7,6 +7,7 @@ import torch
 
 from ...analysis import divergence
 from ...errors import NoisingError
+from ...schemes import check_gamma
 from .common import add_model_args, add_output_args, load_models, print_table
 
 
@@ -30,7 +31,8 @@ def timed_nll(m, split, desc, samples, noiser=None):
     work per batch (noising, forward passes, scoring), not the data loading.
     """
     from ...noiser import positions_in_example
-    from ..model_io import sync, target_log_probs
+    from ...scoring import target_log_probs
+    from ..model_io import sync
 
     n, nll, seconds, states = 0, 0.0, 0.0, [None] * samples
     for b in m.batches(split, desc=desc):
@@ -92,6 +94,7 @@ def score(label, m, args) -> Dict:
 def run(args) -> Dict:
     if args.samples < 1:
         raise NoisingError(f"--samples must be at least 1, got {args.samples}")
+    check_gamma(args.noise_gamma, "--noise-gamma")
     results = [score(label, m, args) for label, m in load_models(args)]
     print(f"test-time Monte Carlo over noised contexts ({args.split} split, targets not noised)")
     print_table(
