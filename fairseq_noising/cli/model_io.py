@@ -16,15 +16,16 @@ from fairseq import checkpoint_utils, utils
 from fairseq.data import MonolingualDataset, TokenBlockDataset
 from fairseq.logging import progress_bar
 
-import fairseq_noising.models  # noqa: F401  (registers the models and the checkpoint allow-list)
-import fairseq_noising.tasks  # noqa: F401  (registers the tasks)
+import fairseq_noising
 
+from .. import scoring
 from ..data.noised_dataset import NoisedDataset
 from ..data.stateful_bptt_dataset import StatefulBPTTDataset
 from ..errors import NoisingError
 from ..fairseq_compat import final_state, takes_initial_state
-from ..stats_cache import load_or_build_stats, read_token_stream
-from ..tasks.noising_config import check_data_dir, load_split, task_noiser
+from ..noiser_factory import task_noiser
+from ..stats_cache import load_or_build_stats
+from ..tasks.noising_config import check_data_dir, load_split
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_noising.__file__))
 
@@ -82,10 +83,10 @@ class LoadedModel:
             self.data_dir = check_data_dir(cfg.task.data)
         except NoisingError as e:
             raise NoisingError(f"{e.message}; pass the binarized data directory with --data")
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)
+        model, cfg, task = scoring.load_model(path, state=state)
         self.path, self.cfg, self.task = path, cfg, task
         self.device = device or pick_device()
-        self.model = models[0].to(self.device).eval()
+        self.model = model.to(self.device)
         self.stateful = bool(getattr(cfg.task, "stateful_bptt", False))
         if self.stateful and not takes_initial_state(self.model):
             raise NoisingError(
@@ -109,37 +110,27 @@ class LoadedModel:
             self.data_dir, getattr(self.cfg.dataset, "train_subset", "train") or "train"
         )
 
-    def raw_split(self, split: str):
-        return load_split(
-            os.path.join(self.data_dir, split),
-            self.task.source_dictionary,
-            self.cfg.task.dataset_impl,
-            f"{split} split",
-        )
+    def read_split(self, split: str):
+        """The binarized ``split``'s tokens (a :class:`~fairseq_noising.stats_cache.TokenSplit`)."""
+        prefix = os.path.join(self.data_dir, split)
+        dictionary, impl = self.task.source_dictionary, self.cfg.task.dataset_impl
+        return load_split(prefix, dictionary, impl, f"{split} split")[1]
 
     def stream(self, split: str) -> np.ndarray:
-        return read_token_stream(self.raw_split(split))[0]
+        return self.read_split(split).tokens
 
     def train_stats(self):
-        raw = self.raw_split(os.path.basename(self.train_prefix))
-        return load_or_build_stats(self.train_prefix, raw, self.task.source_dictionary, "stream")
+        train = self.read_split(os.path.basename(self.train_prefix))
+        return load_or_build_stats(train, self.task.source_dictionary, "stream")
 
     def noiser(self, scheme=None, gamma=None, seed=None):
         """The noiser this checkpoint's training used (its ``</s>`` included), over its training
         statistics; another scheme, gamma_0 or seed where given (the seed: this run's by
         default)."""
-        raw = self.raw_split(os.path.basename(self.train_prefix))
-        return task_noiser(
-            self.cfg.task,
-            self.train_prefix,
-            raw,
-            self.task.source_dictionary,
-            "stream",
-            0,
-            scheme=scheme,
-            gamma=gamma,
-            seed=self.seed if seed is None else seed,
-        )
+        train = self.read_split(os.path.basename(self.train_prefix))
+        seed = self.seed if seed is None else seed
+        dictionary = self.task.source_dictionary
+        return task_noiser(self.cfg.task, train, dictionary, scheme=scheme, gamma=gamma, seed=seed)
 
     def _dataset(self, split):
         self.task.load_dataset(split)
@@ -215,18 +206,14 @@ class LoadedModel:
 
     # --- model -----------------------------------------------------------------------------
 
-    @torch.no_grad()
     def log_probs(self, src_tokens, src_lengths, state=None):
         """Log-probabilities [B, T, V] and the final state (stateful mode; else None)."""
         kwargs = {}
         if self.stateful and state is not None:
             kwargs["initial_state"] = state
-        net_output = self.model(src_tokens, src_lengths=src_lengths, **kwargs)
-        lprobs = self.model.get_normalized_probs(net_output, log_probs=True).float()
-        final = None
-        if self.stateful:
-            final = final_state(net_output)
-        return lprobs, final
+        net_input = {"src_tokens": src_tokens, "src_lengths": src_lengths}
+        lprobs, net_output = scoring.log_probs(self.model, net_input, **kwargs)
+        return lprobs, final_state(net_output) if self.stateful else None
 
     def scored_batches(self, split: str, desc: str = "") -> Iterator[Tuple[Batch, torch.Tensor]]:
         """The split's batches with their log-probabilities, the state carried when stateful."""
@@ -235,7 +222,3 @@ class LoadedModel:
             net = batch.sample["net_input"]
             lprobs, state = self.log_probs(net["src_tokens"], net["src_lengths"], state)
             yield batch, lprobs
-
-
-def target_log_probs(lprobs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)

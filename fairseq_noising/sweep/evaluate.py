@@ -87,9 +87,11 @@ def _batches(task, split: str, models, cfg):
 def translation(cfg: Dict, checkpoint: str, cwd: str, options: Dict, out_dir: str) -> Dict:
     """Valid perplexity per target token, test BLEU (and tok BLEU with a tokenized reference)."""
     import torch
-    from fairseq import checkpoint_utils, tasks, utils
     from fairseq import options as fairseq_options
+    from fairseq import tasks, utils
     from fairseq_cli.generate import get_symbols_to_strip_from_output
+
+    from .. import scoring
 
     if not options.get("reference"):
         raise NoisingError(
@@ -110,22 +112,14 @@ def translation(cfg: Dict, checkpoint: str, cwd: str, options: Dict, out_dir: st
     )
     shown = _argv(cfg, checkpoint, cwd, shown=True) + pair + BATCH
     utils.import_user_module(gen.common)
-    task = tasks.setup_task(gen.task)
-    models, _ = checkpoint_utils.load_model_ensemble([checkpoint], task=task)
-    for m in models:
-        m.eval()
-    tgt = task.target_dictionary
+    model, _, task = scoring.load_model(checkpoint, task=tasks.setup_task(gen.task))
+    models, tgt = [model], task.target_dictionary
     nll, count = 0.0, 0
-    with torch.no_grad():
-        for sample in _batches(task, "valid", models, gen):
-            lprobs = models[0].get_normalized_probs(
-                models[0](**sample["net_input"]), log_probs=True
-            )
-            target = sample["target"]
-            keep = target.ne(tgt.pad())
-            picked = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-            nll -= float(picked[keep].double().sum())
-            count += int(keep.sum())
+    for sample in _batches(task, "valid", models, gen):
+        lprobs, _ = scoring.log_probs(model, sample["net_input"])
+        target = sample["target"]
+        part, n = scoring.summed_nll(lprobs, target, target.ne(tgt.pad()))
+        nll, count = nll + part, count + n
     figures["valid_ppl"] = math.exp(nll / count)
     figures["commands"].append(shlex.join(["fairseq-validate", *shown, "--valid-subset", "valid"]))
     generator = task.build_generator(models, gen.generation)

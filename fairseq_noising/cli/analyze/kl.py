@@ -14,7 +14,7 @@ def add_parser(sub):
 
 
 def score(label, m, split) -> Dict:
-    from ..model_io import target_log_probs
+    from ...scoring import target_log_probs
 
     stats = m.train_stats()
     support = divergence.real_vocabulary(stats.unigram)

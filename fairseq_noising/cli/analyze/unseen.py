@@ -14,7 +14,7 @@ def add_parser(sub):
 
 
 def score(label, m, split) -> Dict:
-    from ..model_io import target_log_probs
+    from ...scoring import target_log_probs
 
     index = ngrams.NgramIndex(
         m.stream(os.path.basename(m.train_prefix)), len(m.dictionary), m.dictionary.eos()
