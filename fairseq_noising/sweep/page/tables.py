@@ -19,6 +19,7 @@ paper's columns appear only when asked for.
 """
 
 import os
+import warnings
 from typing import Dict, List, Optional
 
 from ...errors import NoisingError
@@ -35,13 +36,17 @@ def from_config(name: str, config_dir: str) -> Dict:
         )
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import Hydra14MigrationWarning
     from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()
     # version_base 1.1, as fairseq-hydra-train composes: Hydra keeps the version base for the
-    # process, and a later one makes fairseq's own hydra.experimental.initialize raise
-    with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base="1.1"):
-        cfg = compose(config_name=name, return_hydra_config=True)
+    # process, and a later one makes fairseq's own hydra.experimental.initialize raise; Hydra's
+    # warning that 1.4 will drop that base is fairseq's to heed, not the page writer's user's
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Hydra14MigrationWarning)
+        with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base="1.1"):
+            cfg = compose(config_name=name, return_hydra_config=True)
     row = OmegaConf.to_container(cfg.hydra.callbacks.get("row") or {}, resolve=False)
     return spec(row.get("table"), name)
 
