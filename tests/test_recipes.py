@@ -113,7 +113,7 @@ def test_the_quickstart_trains_both_rows_and_writes_the_page(tmp_path):
     assert again.returncode == 0 and "fairseq-preprocess" not in again.stdout + again.stderr
 
 
-def multi30k_by_heart(tmp_path, hidden, *overrides, **env):
+def multi30k_by_heart(tmp_path, hidden, *overrides, epochs=200, lr=0.01, **env):
     """``multi30k.sh`` on the first 20 Multi30k training pairs as train, valid and test, trained
     with Adam long enough to learn them by heart (so that BLEU is well above 0, and a hypothesis
     scored against another sentence's reference, or the wrong reference file, shows); the work
@@ -125,8 +125,8 @@ def multi30k_by_heart(tmp_path, hidden, *overrides, **env):
             head_lines(require_shared("multi30k") / f"train.{lang}", m30k / f"{split}.{lang}", 20)
     work, results = tmp_path / "work", tmp_path / "results"
     env |= {"MULTI30K_DIR": str(m30k), "WORK": str(work), "RESULTS_DIR": str(results)}
-    learn = [f"++model.hidden_size={hidden}", "optimization.max_epoch=200", "optim=mt_adam"]
-    learn += ["optimization.lr=[0.01]", "checkpoint.patience=-1"]
+    learn = [f"++model.hidden_size={hidden}", f"optimization.max_epoch={epochs}", "optim=mt_adam"]
+    learn += [f"optimization.lr=[{lr}]", "checkpoint.patience=-1"]
     proc = recipe("multi30k.sh", *learn, *overrides, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return work, results, (m30k / "test.de").read_text().rstrip("\n").split("\n")
@@ -147,7 +147,9 @@ def bleu_of(run_dir, references):
 @pytest.mark.slow
 def test_the_multi30k_recipe_scores_bleu_against_the_raw_references(tmp_path):
     rows = "task={noise_scheme:none,noise_side:both,noise_gamma:0},{noise_scheme:kn,noise_side:target,noise_gamma:0.2}"
-    work, results, references = multi30k_by_heart(tmp_path, 32, rows, CONFIG="multi30k_cpu")
+    work, results, references = multi30k_by_heart(
+        tmp_path, 32, rows, epochs=60, lr=0.03, CONFIG="multi30k_cpu"
+    )
     assert (work / "raw" / "test.de").read_text().split("\n")[:-1] == references
     bleu = {}
     for name, key in (("none-both-g0-s1", "none"), ("kn-target-g0.2-s1", "kn:target")):
