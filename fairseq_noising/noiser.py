@@ -1,20 +1,7 @@
-"""Applies a :class:`~fairseq_noising.schemes.NoiseScheme` to padded batches (pure numpy).
-
-At each position j a model reads the context token x_j and predicts the target y_j. One Bernoulli
-draw with probability gamma(x_j) decides whether position j is noised; when it fires, x_j is
-replaced (by ``<blank>`` or a draw from q) and, for schemes that noise targets (kn, mkn), y_j is
-replaced by an independent draw from q. Target positions that hold a special symbol (padding;
-the end of sentence where the scheme makes it special) are never replaced.
-
-As in the authors' code, a noised target is *not* copied into the next input: x_{j+1} keeps its
-own (original or independently noised) value even when y_j, which equals x_{j+1} in the clean
-data, was replaced. The context and the targets are noised as two parallel sequences.
-
-Randomness is counter-based: every random number is a hash of (seed, epoch, side, example id,
-position of the token inside its example). The noise of an example therefore depends on nothing
-else: not on which batch it lands in, its padding, the number of data-loader workers, the
-distributed rank, or whether training was resumed from a checkpoint.
-"""
+"""Applies a :class:`~fairseq_noising.schemes.NoiseScheme` to padded batches (pure numpy): one
+draw per position noises the context token and, for kn and mkn, replaces the target, as two
+parallel sequences; every random number is a hash of (seed, epoch, side, example id, position),
+so an example's noise depends on nothing else (docs/schemes.md)."""
 
 from dataclasses import dataclass
 from typing import Optional
