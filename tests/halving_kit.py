@@ -7,13 +7,15 @@ The scheduler is built (``build_lr_scheduler``, ``build_optimizer``) from the co
 ``fairseq-train ... --optimizer sgd --lr 1.0 --clip-norm 5 --lr-scheduler paper_halving
 --stop-min-lr 0`` parses to, made from the dataclass because hydra's parser takes most of a second
 per command line (tests/test_paper_halving.py checks it against the parser), on a tiny model
-wrapped in fairseq's SGD.
+wrapped in fairseq's SGD, then handed to the hook that ends fairseq's ``Trainer.load_checkpoint``
+as on a first launch (no checkpoint loaded).
 """
 
 import copy
 import logging
 import re
 from argparse import Namespace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,6 +29,7 @@ from fairseq.optim.lr_scheduler import build_lr_scheduler
 from omegaconf import OmegaConf
 
 import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the scheduler)
+from fairseq_noising.optim.best_params import on_load_checkpoint
 from fairseq_noising.optim.paper_halving import PaperHalvingLRScheduleConfig
 
 # What that command line gives the fields that the scheduler's config links to other groups (II),
@@ -38,10 +41,7 @@ FAIRSEQ_VALUES = dict(
     sentence_avg=False,
     best_checkpoint_metric="loss",
     maximize_best_checkpoint_metric=False,
-    save_interval=1,
-    save_interval_updates=0,
-    disable_validation=False,
-)  # checkpoint and distributed_training: FairseqConfig's defaults, as the command line has them
+)  # the groups that the hook reads (checkpoint, ...): FairseqConfig's defaults, as on that line
 SGD_ARGS = dict(optimizer="sgd", lr=[1.0], momentum=0.0, weight_decay=0.0)
 
 
@@ -57,19 +57,27 @@ class Tiny(torch.nn.Module):
 
 def scheduler_cfg(**overrides):
     """``cfg.lr_scheduler`` of that command line, without the parser, in a config of fairseq's
-    defaults (which its ``checkpoint`` and ``distributed_training`` link to); ``overrides`` set
-    scheduler options (``halvings=2`` is ``--halvings 2``; the II-linked ones such as
-    ``stop_min_lr`` too), else options of those two groups (``save_dir``)."""
+    defaults (the trainer's whole config, which the hook reads); ``overrides`` set scheduler
+    options (``halvings=2`` is ``--halvings 2``; the II-linked ones such as ``stop_min_lr`` too),
+    else options of the groups that the hook reads (``save_dir``, ``disable_validation``)."""
     root = OmegaConf.structured(FairseqConfig())
     root.lr_scheduler = PaperHalvingLRScheduleConfig(_name="paper_halving", **FAIRSEQ_VALUES)
     for key, value in overrides.items():
-        groups = ("lr_scheduler", "checkpoint", "distributed_training")
+        groups = ("lr_scheduler", "checkpoint", "distributed_training", "dataset")
         OmegaConf.update(root, f"{next(g for g in groups if key in root[g])}.{key}", value)
     return root.lr_scheduler
 
 
+def trainer_cfg(scheduler):
+    """The whole config that fairseq's Trainer holds, of which the scheduler's is a node (fairseq's
+    merge_with_parent keeps its parent, in which the II links resolve)."""
+    return scheduler.cfg._get_parent()
+
+
 def build(model=None, momentum=0.0, cfg=None, **overrides):
-    """(scheduler, model) as the trainer builds them; ``cfg``: a parsed command line instead."""
+    """(scheduler, model) as fairseq-train builds them on a first launch: the trainer builds the
+    optimizer and the scheduler, and its load_checkpoint, which finds no checkpoint, ends with
+    the hook; ``cfg``: a parsed command line instead."""
     if cfg is None:
         scheduler_args, optimizer_args = scheduler_cfg(**overrides), Namespace(**SGD_ARGS)
     else:
@@ -79,6 +87,7 @@ def build(model=None, momentum=0.0, cfg=None, **overrides):
     optimizer = build_optimizer(optimizer_args, list(model.parameters()))
     scheduler = build_lr_scheduler(scheduler_args, optimizer)
     scheduler.step_update(0)
+    on_load_checkpoint(SimpleNamespace(cfg=trainer_cfg(scheduler), lr_scheduler=scheduler), None)
     return scheduler, model
 
 

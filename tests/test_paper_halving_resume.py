@@ -40,11 +40,13 @@ from halving_kit import (
     train_a_bit,
     train_argv,
     train_in_process,
+    trainer_cfg,
 )
 
 from fairseq_noising import fairseq_compat
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.optim import halving_rule
+from fairseq_noising.optim.best_params import on_load_checkpoint
 
 
 # ---------------------------------------------------------------------------- fairseq's side
@@ -58,23 +60,25 @@ def safe_roundtrip(obj):
 class FakeTrainer:
     """What fairseq's Trainer hands a scheduler: ``load_checkpoint`` follows
     ``Trainer.load_checkpoint`` once the model is loaded from ``state``, which the test has put
-    where fairseq-train resumes from (the scheduler reads it there)."""
+    where fairseq-train resumes from, and ends with the hook that the plugin adds to it (which
+    reads the files there), given the trainer's whole config."""
 
     def __init__(self, scheduler):
-        self._lr_scheduler = scheduler
+        self.lr_scheduler, self.cfg = scheduler, trainer_cfg(scheduler)
 
     def load_checkpoint(self, state):
         last = state["optimizer_history"][-1]
-        self._lr_scheduler.load_state_dict(last["lr_scheduler_state"])
-        self._lr_scheduler.optimizer.load_state_dict(state["last_optimizer_state"])
-        self._lr_scheduler.step_update(last["num_updates"])
+        self.lr_scheduler.load_state_dict(last["lr_scheduler_state"])
+        self.lr_scheduler.optimizer.load_state_dict(state["last_optimizer_state"])
+        self.lr_scheduler.step_update(last["num_updates"])
         self.lr_step(state["extra_state"]["train_iterator"]["epoch"])
+        on_load_checkpoint(self, state["extra_state"])
 
     def lr_step(self, epoch, val_loss=None):
-        return self._lr_scheduler.step(epoch, val_loss)
+        return self.lr_scheduler.step(epoch, val_loss)
 
     def lr_step_begin_epoch(self, epoch):
-        return self._lr_scheduler.step_begin_epoch(epoch)
+        return self.lr_scheduler.step_begin_epoch(epoch)
 
 
 def fairseq_save(scheduler, model, loss, save_dir, next_epoch, iterations=0):

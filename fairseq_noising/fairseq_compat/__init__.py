@@ -7,6 +7,7 @@ lengths other than the binarized: :mod:`.batching`; checkpoints under torch >= 2
 """
 
 import atexit
+import functools
 import logging
 import os
 import sys
@@ -74,8 +75,9 @@ def checkpoint_files(checkpoint, distributed_training) -> Tuple[str, str]:
     """(the file fairseq-train resumes from, its checkpoint_best.pt) for the ``checkpoint`` and
     ``distributed_training`` configs; ValueError naming the flag for sharded checkpoints.
 
-    A scheduler is handed its state on loading, not the file: the rule is copied from
-    ``checkpoint_utils.load_checkpoint`` (inline there) and ``Trainer.checkpoint_suffix``."""
+    :func:`end_load_checkpoint_with`'s hook is handed the trainer, not the file: the rule is
+    copied from ``checkpoint_utils.load_checkpoint`` (inline there) and
+    ``Trainer.checkpoint_suffix``."""
     if (
         distributed_training.ddp_backend == "fully_sharded"
         and distributed_training.use_sharded_state
@@ -126,7 +128,7 @@ def optimizer_values(optimizer, loaded: dict, wanted: dict) -> list:
     CPU tensors, each parameter found by its value in ``loaded``, the checkpoint that the model
     has just been loaded from.
 
-    A scheduler is given the optimizer, not the model: it does not know the parameters' names.
+    The optimizer's tensors carry no names (with ``--fp16``, flat master copies).
     ``Trainer.load_checkpoint`` loads the model's (and a criterion's) state dict from the
     checkpoint, then builds the optimizer and hands the scheduler its state and ``lr_step``, so
     until training goes on each parameter holds exactly what ``loaded`` holds under its name
@@ -218,6 +220,33 @@ def from_first_rank(read, distributed_world_size: int):
             group=distributed_utils.get_data_parallel_group(),
         )
     return utils.apply_to_sample(lambda t: t.cpu(), result)  # (move_to_cpu would cast fp16)
+
+
+def end_load_checkpoint_with(hook) -> None:
+    """Has fairseq's ``Trainer.load_checkpoint`` call ``hook(trainer, extra_state)`` before it
+    returns ``extra_state`` (None where it loaded no checkpoint).
+
+    fairseq hands a learning-rate scheduler its own state and ``lr_step``, not the checkpoint's
+    file, the model or the rest of the config, and has no hook after loading. Depends on
+    fairseq-train loading its checkpoint, or finding none, with this method once per launch and
+    before any training (``checkpoint_utils.load_checkpoint``), which loads the model, then the
+    optimizer and the scheduler's state, and calls ``lr_step``. Replaces the method on the class
+    (subclasses too), once per hook.
+    """
+    from fairseq.trainer import Trainer
+
+    load = Trainer.load_checkpoint
+    if getattr(load, "ends_with", None) is hook:
+        return
+
+    @functools.wraps(load)
+    def load_checkpoint(self, *args, **kwargs):
+        extra_state = load(self, *args, **kwargs)
+        hook(self, extra_state)
+        return extra_state
+
+    load_checkpoint.ends_with = hook
+    Trainer.load_checkpoint = load_checkpoint
 
 
 def ordered_batch_iterator(dataset, seed=1, num_workers=0, epoch=1, buffer_size=0):

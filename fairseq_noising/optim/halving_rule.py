@@ -1,4 +1,5 @@
-"""The decisions of ``--lr-scheduler paper_halving``, from its validations alone (no fairseq).
+"""The decisions of ``--lr-scheduler paper_halving``, from its validations alone, the
+configurations it refuses and its log lines (no fairseq).
 
 A validation is ``{"epoch", "loss", "updates", "inside"}``: the value of
 ``--best-checkpoint-metric`` after an epoch (``inside``: at a save inside an epoch, seen only when
@@ -10,6 +11,8 @@ decided. The rules are in docs/paper_halving.md.
 import math
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional
+
+from fairseq_noising.errors import NoisingError
 
 
 @dataclass
@@ -101,9 +104,65 @@ def from_version_2(state: dict) -> List[dict]:
     return best + [dict(worse) for _ in range(int(state["halvings"]))]
 
 
-def describe(v: dict, d: Decision, p: Progress, cfg, lr_before: float) -> str:
-    """The log line of an end-of-epoch decision (without what was restored)."""
-    prev = d.previous
+def refusal(message: str) -> NoisingError:
+    """The one line that refuses a command line (or a resume) on which the protocol cannot work."""
+    return NoisingError(f"--lr-scheduler paper_halving: {message}")
+
+
+def refuse_unworkable(cfg):
+    """Refuses, in one line naming the flag, a scheduler config (``cfg``) on which the rule cannot
+    work; the trainer's other settings are checked by :func:`.best_params.on_load_checkpoint`."""
+    if len(cfg.lr) != 1:
+        raise refusal(
+            f"give a single --lr (got {list(cfg.lr)}); the schedule is made by halving it"
+        )
+    if cfg.halvings < 1:
+        raise refusal(f"--halvings must be >= 1 (got {cfg.halvings})")
+    if not 0.0 < cfg.lr_shrink < 1.0:
+        raise refusal(f"--lr-shrink must be in (0, 1) (got {cfg.lr_shrink})")
+    if cfg.stop_min_lr < 0:
+        raise refusal(
+            "pass --stop-min-lr 0: after the last halving the scheduler sets the learning rate "
+            "to 0 and fairseq-train stops only when it is <= --stop-min-lr "
+            f"(got --stop-min-lr {cfg.stop_min_lr})"
+        )
+    last_lr = cfg.lr[0] * cfg.lr_shrink**cfg.halvings
+    if cfg.stop_min_lr >= last_lr:
+        raise refusal(
+            f"--stop-min-lr {cfg.stop_min_lr} would stop training before the last halved rate "
+            f"(learning rate {last_lr:g} after {cfg.halvings}) is trained; pass --stop-min-lr 0"
+        )
+    metric, threshold = cfg.best_checkpoint_metric, cfg.halving_threshold
+    if cfg.maximize_best_checkpoint_metric:
+        raise refusal(
+            "halves when a loss stops decreasing; drop --maximize-best-checkpoint-metric "
+            f"(--best-checkpoint-metric {metric})"
+        )
+    if threshold is not None and not 0.0 < threshold < 1.0:
+        raise refusal(f"--halving-threshold must be in (0, 1) (got {threshold})")
+    if threshold is not None and metric not in ("loss", "nll_loss", "ppl"):
+        raise refusal(
+            "--halving-threshold compares validation perplexities, which needs "
+            f"--best-checkpoint-metric nll_loss, loss or ppl (got {metric})"
+        )
+    if threshold is not None and metric == "loss" and cfg.sentence_avg:
+        raise refusal(
+            "with --sentence-avg the validation 'loss' is per sentence, not the per-token "
+            "log2 perplexity that --halving-threshold needs; add --best-checkpoint-metric nll_loss"
+        )
+
+
+def describe(v: dict, d: Decision, p: Progress, cfg, lr_before: float, restored: bool) -> str:
+    """The log line of a decision that changed the best or the rate (``restored``: the best
+    parameters were restored)."""
+    prev, metric = d.previous, cfg.best_checkpoint_metric
+    if d.kind == "inside-best":
+        return (
+            f"paper_halving: resuming at update {v['updates']} inside epoch {v['epoch']}, "
+            f"where it validated at {metric} {v['loss']:.6g} and fairseq wrote "
+            f"checkpoint_best.pt (best so far {prev['loss']:.6g} at epoch {prev['epoch']}): it "
+            "becomes the best, restored after a non-improving epoch"
+        )
     if d.kind == "first":
         what = "is the first"
     elif d.kind == "improves":
@@ -119,13 +178,16 @@ def describe(v: dict, d: Decision, p: Progress, cfg, lr_before: float) -> str:
         what = "is not a number"
     if d.rel is not None:
         what += f", relative perplexity improvement {d.rel:.4%}"
-    msg = f"paper_halving: epoch {v['epoch']}: valid {cfg.best_checkpoint_metric} {v['loss']:.6g} {what}"
-    lr = rate(cfg, p.halvings)
+    msg = f"paper_halving: epoch {v['epoch']}: valid {metric} {v['loss']:.6g} {what}"
     if not d.halve:
-        return msg + f"; lr stays {lr_before:g}"
-    if p.halvings > cfg.halvings:
-        return msg + (
+        msg += f"; lr stays {lr_before:g}"
+    elif p.halvings > cfg.halvings:
+        msg += (
             f"; stop: all {cfg.halvings} halvings done: lr {lr_before:g} -> 0, training stops "
             "(--stop-min-lr)"
         )
-    return msg + f"; halving {p.halvings}/{cfg.halvings}: lr {lr_before:g} -> {lr:g}"
+    else:
+        msg += (
+            f"; halving {p.halvings}/{cfg.halvings}: lr {lr_before:g} -> {rate(cfg, p.halvings):g}"
+        )
+    return msg + (f"; restored the parameters of epoch {p.best['epoch']}" if restored else "")
