@@ -1,2 +1,1 @@
-"""The benchmarks behind the README's figures; run each from the repository root as
-``python -m bench.<name>`` (bench/README.md)."""
+"""The benchmarks behind the README's figures: ``python -m bench.<name>`` (bench/README.md)."""

@@ -1,5 +1,4 @@
-"""What the benchmarks share: their parser, PTB (binarized once, loaded as token ids), a fairseq
-Trainer built in-process, timing helpers, starting and stopping processes, the machine line."""
+"""What the benchmarks share (bench/README.md says what)."""
 
 import argparse
 import hashlib
@@ -20,15 +19,18 @@ REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_noising"
 GRACE = 5.0  # s between SIGTERM and SIGKILL when processes are stopped
 BATCH, BPTT = 20, 35  # Zaremba et al.'s PTB batches
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def parser(prog: str, doc: str) -> argparse.ArgumentParser:
-    """A benchmark's parser: its docstring's first line, ``--ptb-dir`` and ``--cache-dir``."""
+def parser(prog: str, doc: str, device=False) -> argparse.ArgumentParser:
+    """A benchmark's parser: its docstring's first line, --ptb-dir, --cache-dir, --device."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
     ptb = Path(os.environ.get("FAIRSEQ_NOISING_SHARED") or REPO.parent / "shared" / "data") / "ptb"
     parser.add_argument("--ptb-dir", type=Path, default=ptb, help="ptb.*.txt (%(default)s)")
     cache = Path(tempfile.gettempdir()) / "fairseq-noising-bench"
     parser.add_argument("--cache-dir", type=Path, default=cache, help="binarized (%(default)s)")
+    if device:
+        parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
     return parser
 
 
@@ -42,16 +44,13 @@ def device(asked, prog: str) -> str:
 
 
 def binarized_ptb(ptb_dir: Path, cache_dir: Path) -> Path:
-    """PTB binarized once under ``cache_dir``, in a folder named by a hash of the text files; exits
-    with one line naming a missing file."""
+    """PTB binarized once, in ``cache_dir``/ptb-bin-<hash of the text files>; exits if one lacks."""
     try:
         ptb_dir = ptb.check(ptb_dir)
     except ptb.Missing as e:
         sys.exit(f"error: --ptb-dir {e.folder} lacks {e.name} (or set FAIRSEQ_NOISING_SHARED)")
-    digest = hashlib.blake2b(digest_size=8)
-    for name in ptb.FILES:
-        digest.update((ptb_dir / name).read_bytes())
-    out = Path(cache_dir) / f"ptb-bin-{digest.hexdigest()}"
+    text = b"".join((ptb_dir / name).read_bytes() for name in ptb.FILES)
+    out = Path(cache_dir) / f"ptb-bin-{hashlib.blake2b(text, digest_size=8).hexdigest()}"
     if not ptb.is_binarized(out):
         print(f"binarizing PTB into {out} ...", flush=True)
         try:
@@ -63,8 +62,7 @@ def binarized_ptb(ptb_dir: Path, cache_dir: Path) -> Path:
 
 
 def ptb_train_stream(data_bin: Path):
-    """(tokens int64 [N], dictionary, dataset) of binarized PTB train as the noised LM task sees
-    them: ``<blank>`` added to the dictionary, one ``</s>`` per line (929,589 tokens)."""
+    """(tokens int64 [N], dictionary with <blank>, dataset) of PTB train as the LM task sees it."""
     from fairseq.data import Dictionary, data_utils
 
     from fairseq_noising.noiser_factory import add_blank
@@ -73,16 +71,21 @@ def ptb_train_stream(data_bin: Path):
     dictionary = Dictionary.load(str(data_bin / "dict.txt"))
     add_blank(dictionary)
     dataset = data_utils.load_indexed_dataset(str(data_bin / "train"), dictionary, "mmap")
-    tokens, _ = read_token_stream(dataset)
-    return tokens, dictionary, dataset
+    return read_token_stream(dataset)[0], dictionary, dataset
+
+
+def ptb_batches(tokens):
+    """The authors' ``_reshape_data`` + ``get_batch``: (X, Y [shifted by one]) [BATCH, BPTT]."""
+    n = tokens.shape[0] // BATCH
+    data = tokens[: BATCH * n].reshape(BATCH, n)
+    windows = [slice(i * BPTT, (i + 1) * BPTT) for i in range((n - 1) // BPTT)]
+    return [(data[:, w], data[:, w.start + 1 : w.stop + 1]) for w in windows]
 
 
 def alternate(steps, rounds, per_round=1, warmup=1, sync=lambda: None):
-    """Seconds of each round of ``per_round`` calls of each step function, after ``warmup`` calls
-    each; rounds alternate (ABBA) so that a slow spell of a shared machine hits all alike."""
-    for step in steps.values():
-        for _ in range(warmup):
-            step()
+    """Seconds of each round of ``per_round`` calls of each step, after ``warmup`` calls; ABBA."""
+    for step in [step for step in steps.values() for _ in range(warmup)]:
+        step()
     times = {name: [] for name in steps}
     for r in range(rounds):
         for name in list(steps)[:: 1 if r % 2 == 0 else -1]:
@@ -93,17 +96,6 @@ def alternate(steps, rounds, per_round=1, warmup=1, sync=lambda: None):
             sync()
             times[name].append(time.perf_counter() - start)
     return times
-
-
-def ptb_batches(tokens):
-    """The authors' ``_reshape_data`` + ``get_batch``: (X, Y) [BATCH, BPTT] of BATCH contiguous
-    rows, consecutive windows, Y shifted by one (numpy or torch)."""
-    n = tokens.shape[0] // BATCH
-    data = tokens[: BATCH * n].reshape(BATCH, n)
-    return [
-        (data[:, i * BPTT : (i + 1) * BPTT], data[:, i * BPTT + 1 : (i + 1) * BPTT + 1])
-        for i in range((n - 1) // BPTT)
-    ]
 
 
 def fairseq_task(argv):
@@ -119,11 +111,7 @@ def fairseq_task(argv):
 
 
 def paired_updates(argv, updates, warmup, batch, examples, repeats=1):
-    """fairseq-train's ``argv`` in one Trainer: ``updates`` updates on the wrapped (noised or
-    sampled) training set and on the clean one inside it, alternating after ``warmup`` each,
-    through fairseq-train's iterators (fetching, collating and the wrapper's work happen in next()).
-    Returns the seconds and tokens of each update (``_update``), the median time the wrapper adds to
-    fetching and collating a batch (on ``examples`` spread over the split), the epoch's updates."""
+    """One Trainer's updates, wrapped and clean alternating: times, tokens, wrapper's cost, len."""
     import numpy as np
     from fairseq import utils
     from fairseq.trainer import Trainer
@@ -132,10 +120,8 @@ def paired_updates(argv, updates, warmup, batch, examples, repeats=1):
     np.random.seed(cfg.common.seed)
     utils.set_torch_seed(cfg.common.seed)
     task.load_dataset("train", epoch=1)
-    wrapped = task.dataset("train")
-    clean = wrapped.dataset
-    model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
-    trainer = Trainer(cfg, task, model, criterion)
+    wrapped, model = task.dataset("train"), task.build_model(cfg.model)
+    clean, trainer = wrapped.dataset, Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
     steps, tokens = {}, {"wrapped": [], "clean": []}
     for name, dataset in (("wrapped", wrapped), ("clean", clean)):
         task.datasets["train"] = dataset
@@ -143,8 +129,7 @@ def paired_updates(argv, updates, warmup, batch, examples, repeats=1):
         steps[name] = partial(_update, trainer, epoch.next_epoch_itr(), tokens[name])
     task.datasets["train"] = wrapped
     times = alternate(steps, updates, 1, warmup)
-    ids = list(range(0, len(clean), max(1, len(clean) // examples)))[:examples]
-    cost = []
+    ids, cost = list(range(0, len(clean), max(1, len(clean) // examples)))[:examples], []
     for batch_ids in [ids[i : i + batch] for i in range(0, len(ids), batch)] * repeats:
         t0 = time.perf_counter()
         clean.collater([clean[i] for i in batch_ids])
@@ -158,26 +143,22 @@ def _update(trainer, batches, tokens):
     batch = next(batches)
     trainer.train_step([batch])
     source, target = batch["net_input"]["src_tokens"], batch["target"]
-    tokens.append(
-        {  # pieces, and the padded batch's cells that the layers compute over
-            "target": int(batch["ntokens"]),
-            "source": int(batch["net_input"].get("src_lengths", source.new_zeros(1)).sum()),
-            "padded target": target.numel(),
-            "padded source": source.numel(),
-            "source x target": source.size(1) * target.size(1),  # attention's cells a sentence
-        }
+    lengths = batch["net_input"].get("src_lengths", source.new_zeros(1))
+    tokens.append(  # pieces, and the padded batch's cells that the layers compute over
+        {"target": int(batch["ntokens"]), "source": int(lengths.sum())}
+        | {"padded target": target.numel(), "padded source": source.numel()}
+        | {"source x target": source.size(1) * target.size(1)}  # attention's cells a sentence
     )
 
 
-def cli(name: str) -> str:
-    """A console script of the running interpreter's environment (fairseq-train, ...)."""
+def cli(name: str) -> str:  # a console script of this interpreter's environment
     return str(Path(sys.executable).parent / name)
 
 
 def start(cmd, env=None, cwd=REPO, stdout=subprocess.PIPE) -> subprocess.Popen:
     """``cmd`` in a process group of its own (what it starts goes with it), stderr into stdout."""
-    kwargs = dict(stdout=stdout, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    return subprocess.Popen([str(a) for a in cmd], cwd=cwd, env=env, **kwargs)
+    kwargs = dict(cwd=cwd, env=env, stdout=stdout, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([str(a) for a in cmd], start_new_session=True, **kwargs)
 
 
 def stop(procs) -> None:
@@ -193,8 +174,5 @@ def stop(procs) -> None:
 
 
 def machine_line() -> str:
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (
-        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}  cpus={os.cpu_count()}  loadavg={load}  "
-        f"python={sys.version.split()[0]}"
-    )
+    when, load = time.strftime("%Y-%m-%d %H:%M:%S %Z"), "%.2f %.2f %.2f" % os.getloadavg()
+    return f"{when}  cpus={os.cpu_count()}  loadavg={load}  python={sys.version.split()[0]}"

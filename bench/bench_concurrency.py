@@ -1,8 +1,4 @@
-"""Updates/s of N training runs side by side: how many rows of a table one device carries.
-
-N copies of the none row of ``recipes/config/ptb_<size>.yaml`` on one device (``--mps``: under a
-CUDA MPS daemon of their own), over one window once every run is warm (bench/README.md, section 4).
-"""
+"""Updates/s of N training runs side by side: how many rows of a table one device carries."""
 
 import argparse
 import json
@@ -28,8 +24,6 @@ from fairseq_noising.sweep.mps import mps_daemon
 from . import _common
 
 PROG = "bench_concurrency.py"
-SIZES = ("small", "medium", "large")
-MAX_EPOCH = "100000"
 STARTUP_TIMEOUT = 900.0  # s for every run to start and finish its warm-up
 LAST_LINE_TIMEOUT = 300.0  # s for every run to log a line after the window closed
 # a run's data loader passes batches through a socket TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, and
@@ -42,9 +36,7 @@ def fail(message: str) -> None:
     raise SystemExit(f"{PROG}: error: {message}")
 
 
-def checked(kind, ok, expected):
-    """An argparse type: ``kind(text)`` where ``ok`` holds of it."""
-
+def checked(kind, ok, expected):  # an argparse type: kind(text) where ok holds of it
     def parse(text):
         with suppress(ValueError):
             if ok(value := kind(text)):
@@ -54,37 +46,30 @@ def checked(kind, ok, expected):
     return parse
 
 
-RUN_COUNTS = checked(
-    lambda text: [int(part) for part in text.split(",")],
-    lambda counts: min(counts) > 0 and len(set(counts)) == len(counts),
-    "distinct positive run counts separated by commas, such as 1,4,7,9",
-)
-SECONDS = checked(float, lambda seconds: seconds > 0, "a positive number")
-
-
 def parse_args(argv):
-    parser = _common.parser(PROG, __doc__)
-    parser.add_argument("--runs", type=RUN_COUNTS, default=[1, 2], help="run counts N (1,2)")
-    parser.add_argument("--seconds", type=SECONDS, default=60.0, help="window (60)")
-    parser.add_argument(
-        "--size", default="medium", choices=SIZES, help="the table, ptb_<size> (medium)"
+    parser = _common.parser(PROG, __doc__, device=True)
+    counts = checked(
+        lambda text: [int(part) for part in text.split(",")],
+        lambda counts: min(counts) > 0 and len(set(counts)) == len(counts),
+        "distinct positive run counts separated by commas, such as 1,4,7,9",
     )
-    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if torch sees one")
+    parser.add_argument("--runs", type=counts, default=[1, 2], help="run counts N (1,2)")
+    seconds = checked(float, lambda seconds: seconds > 0, "a positive number")
+    parser.add_argument("--seconds", type=seconds, default=60.0, help="window (60)")
+    parser.add_argument("--size", default="medium", choices=("small", "medium", "large"))
     parser.add_argument("--mps", action="store_true", help="run under the NVIDIA MPS (cuda)")
     parser.add_argument("--data-bin", type=Path, help="binarized PTB to read instead of binarizing")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
+    names = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
     if args.data_bin is None:
         args.data_bin = _common.binarized_ptb(args.ptb_dir, args.cache_dir)
-    else:
-        names = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx")
-        missing = [name for name in names if not (args.data_bin / name).is_file()]
-        if missing:
-            fail(
-                f"--data-bin {args.data_bin} lacks {', '.join(missing)} (expected the output of "
-                "fairseq-preprocess --only-source on PTB)"
-            )
+    elif missing := [name for name in names if not (args.data_bin / name).is_file()]:
+        fail(
+            f"--data-bin {args.data_bin} lacks {', '.join(missing)} (expected the output of "
+            "fairseq-preprocess --only-source on PTB)"
+        )
     if args.json is not None and not args.json.parent.is_dir():
         fail(f"--json {args.json}: folder {args.json.parent} does not exist")
     return args
@@ -95,11 +80,9 @@ class Run:
 
     def __init__(self, cmd, folder: Path, env):
         folder.mkdir(parents=True)
-        self.log = open(folder / "train.log", "w")
-        self.proc = _common.start(cmd, env=env)
+        self.log, self.proc = open(folder / "train.log", "w"), _common.start(cmd, env=env)
         self.times, self.updates = [], []  # of each train_inner line: arrival, num_updates
-        self.tail = deque(maxlen=10)
-        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.tail, self.reader = deque(maxlen=10), threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
     def _read(self):
@@ -107,8 +90,7 @@ class Run:
             now = time.monotonic()
             self.log.write(line)
             self.tail.append(line.rstrip())
-            found = "train_inner" in line and UPDATES.search(line)
-            if found:
+            if found := "train_inner" in line and UPDATES.search(line):
                 self.updates.append(int(found.group(1)))
                 self.times.append(now)  # last: updates is never shorter than times
 
@@ -130,11 +112,8 @@ def wait_until(runs, ready, deadline, waiting_for):
             code = run.proc.poll()
             if code is not None:
                 run.reader.join(_common.GRACE)
-                tail = "\n".join(run.tail)
-                fail(
-                    f"run {i} of {len(runs)} exited (code {code}) before {waiting_for}; its last "
-                    f"lines (--keep keeps its whole log):\n{tail}"
-                )
+                last = "its last lines (--keep keeps its whole log):\n" + "\n".join(run.tail)
+                fail(f"run {i} of {len(runs)} exited (code {code}) before {waiting_for}; {last}")
         if all(ready(run) for run in runs):
             return time.monotonic()
         if time.monotonic() > deadline:
@@ -148,23 +127,12 @@ def measure(n, cmd, folder: Path, env, seconds, warmup):
     runs = []
     try:
         for i in range(1, n + 1):
-            save = folder / f"run{i}"
-            runs.append(Run(cmd + [f"hydra.run.dir={save}"], save, env))
-        started = time.monotonic()
-        opened = wait_until(
-            runs,
-            lambda run: run.last()[1] >= warmup,
-            started + STARTUP_TIMEOUT,
-            f"the end of the warm-up ({warmup} updates)",
-        )
+            runs.append(Run(cmd + [f"hydra.run.dir={folder / f'run{i}'}"], folder / f"run{i}", env))
+        started, end = time.monotonic(), f"the end of the warm-up ({warmup} updates)"
+        opened = wait_until(runs, lambda r: r.last()[1] >= warmup, started + STARTUP_TIMEOUT, end)
         print(f"N={n}: warm after {opened - started:.1f} s; measuring {seconds:g} s", flush=True)
-        closes = opened + seconds
-        wait_until(
-            runs,
-            lambda run: run.last()[0] > closes,
-            closes + LAST_LINE_TIMEOUT,
-            "a log line after the window",
-        )
+        closes, after = opened + seconds, "a log line after the window"
+        wait_until(runs, lambda r: r.last()[0] > closes, closes + LAST_LINE_TIMEOUT, after)
         return [(run.updates_at(closes) - run.updates_at(opened)) / seconds for run in runs]
     finally:
         _common.stop([run.proc for run in runs])
@@ -190,19 +158,12 @@ def summarize(counts, per_run):
 
 
 def training_command(args, device, log_interval):
-    """The none row of ``recipes/config/ptb_<size>.yaml`` as ``fairseq-hydra-train`` runs it,
-    without its evaluation, with the measurement's settings; each run adds ``hydra.run.dir``."""
+    """The none row of ptb_<size>, its evaluation (and resolvers) off; each run adds its folder."""
     cmd = [_common.cli("fairseq-hydra-train"), "--config-dir", str(_common.REPO / "recipes/config")]
-    cmd += ["--config-name", f"ptb_{args.size}"]
-    cmd += [f"task.data={args.data_bin.resolve()}", "task={noise_scheme:none,noise_gamma:0}"]
-    # without the row callback nothing registers the plugin's resolvers: name the folder, and
-    # the row's name in the console lines (${fairseq_noising.precision_tag:...} otherwise)
-    cmd += [
-        "~hydra.callbacks.row",
-        f"common.user_dir={_common.PLUGIN_DIR}",
-        "hydra.sweep.subdir=run",
-    ]
-    cmd += [f"optimization.max_epoch={MAX_EPOCH}", f"common.log_interval={log_interval}"]
+    cmd += ["--config-name", f"ptb_{args.size}", f"task.data={args.data_bin.resolve()}"]
+    cmd += ["task={noise_scheme:none,noise_gamma:0}", "~hydra.callbacks.row"]
+    cmd += [f"common.user_dir={_common.PLUGIN_DIR}", "hydra.sweep.subdir=run"]
+    cmd += ["optimization.max_epoch=100000", f"common.log_interval={log_interval}"]
     return cmd + (["common.cpu=true"] if device == "cpu" else [])
 
 
@@ -210,17 +171,15 @@ def main(argv=None):
     args = parse_args(argv)
     device = _common.device(args.device, PROG)
     log_interval = 1 if device == "cpu" else 10
-    warmup = 5 * log_interval
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    warmup, per_run = 5 * log_interval, []
+    env = {**os.environ, **_common.ONE_THREAD, "PYTHONUNBUFFERED": "1"}
     if device == "cuda":  # one GPU for every run (and for the MPS daemon)
         env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
         os.environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
     with ExitStack() as stack:
         work = Path(tempfile.mkdtemp(prefix="bench-concurrency-"))
-        if args.keep:
-            stack.callback(print, f"{PROG}: kept {work}")
-        else:
-            stack.callback(shutil.rmtree, work, ignore_errors=True)
+        keep = (print, f"{PROG}: kept {work}") if args.keep else (shutil.rmtree, work, True)
+        stack.callback(*keep)  # the folder kept, or removed (ignore_errors=True)
         env["TMPDIR"] = str(work / "tmp")  # what killed runs leave there goes with the folder
         if len(env["TMPDIR"]) > SOCKET_PATH_ROOM:
             fail(
@@ -239,7 +198,6 @@ def main(argv=None):
             f"window {args.seconds:g} s after {warmup} warm-up updates; each run:\n  {shown}",
             flush=True,
         )
-        per_run = []
         for n in args.runs:
             print(f"N={n}: starting {n} run(s)", flush=True)
             per_run.append(measure(n, cmd, work / f"n{n}", env, args.seconds, warmup))
@@ -253,12 +211,8 @@ def main(argv=None):
     return 0
 
 
-def _terminated(signum, frame):
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM as Ctrl-C: runs stopped
     try:
         sys.exit(main())
     except KeyboardInterrupt:

@@ -1,8 +1,4 @@
-"""Noiser throughput (tokens/s) on PTB batches of 20 x 35, against the authors' per-token loop.
-
-Every scheme of the plugin, the collater step, a faithful port of the authors' bigram-KN
-``noise_batch`` and Algorithm 1 with ``np.random.choice`` take turns (bench/README.md, section 1).
-"""
+"""Noiser throughput (tokens/s) on PTB batches of 20 x 35, against the authors' per-token loop."""
 
 import bisect
 import time
@@ -14,12 +10,8 @@ import numpy as np
 from . import _common
 from ._common import BATCH, BPTT
 
-GAMMA = 0.2
-STACK = 64  # batches stacked into one call
+GAMMA, STACK = 0.2, 64  # STACK: batches stacked into one call
 PLUGIN_BATCHES, LOOP_BATCHES, CHOICE_BATCHES = 200, 50, 5  # a round: each plugin scheme, ...
-
-
-# ------------------------------------------------ the authors' noise_batch (bigram KN), ported
 
 
 class AuthorsLoader:
@@ -33,17 +25,14 @@ class AuthorsLoader:
             bigrams[pair] += 1
         total, distinct = defaultdict(int), defaultdict(int)  # their build_continuations
         for key, count in bigrams.items():
-            context = key[:-1]
-            total[context] += count
-            distinct[context] += 1
+            total[key[:-1]] += count
+            distinct[key[:-1]] += 1
         self.continuations = {"total": total, "distinct": distinct}
         hist = defaultdict(set)  # their _build_vocab: number of distinct histories N1+(., x)
         for prev, word in bigrams:
             hist[word].add(prev)
-        hist_counts = np.array(
-            [len(hist.get(sym, ())) for sym in dictionary.symbols], dtype=np.float64
-        )
-        self.hist_freqs_cumsum = np.cumsum(hist_counts / hist_counts.sum())
+        counts = np.array([len(hist.get(sym, ())) for sym in dictionary.symbols], np.float64)
+        self.hist_freqs_cumsum = np.cumsum(counts / counts.sum())
 
 
 def sample_index(ps_cumsum):
@@ -51,7 +40,7 @@ def sample_index(ps_cumsum):
 
 
 def authors_noise_batch_kn(x, y, loader, gamma):
-    """``noise_batch`` with flags.absolute_discounting, scheme "ngram", ngram_scheme "bgkn"."""
+    """The authors' ``noise_batch`` (nlm-noising's loader.py), bigram KN: their per-token work."""
     if gamma == 0.0:
         return x, y
     continuations = loader.continuations
@@ -60,10 +49,8 @@ def authors_noise_batch_kn(x, y, loader, gamma):
         for col in range(x.shape[1]):
             context = list()
             context.append(loader.id_to_token[x[row, col]])
-            total, distinct = (
-                continuations["total"][tuple(context)],
-                continuations["distinct"][tuple(context)],
-            )
+            total = continuations["total"][tuple(context)]
+            distinct = continuations["distinct"][tuple(context)]
             p = (gamma / total) * distinct
             draw = np.random.binomial(1, p)
             if draw:
@@ -77,44 +64,44 @@ def alg1_choice_kn(x, y, gamma_of, q, vocab_size):
     x_, y_ = np.array(x), np.array(y)
     for row in range(x.shape[0]):
         for col in range(x.shape[1]):
-            gamma = gamma_of[x[row, col]]
-            if np.random.random() < gamma:
+            if np.random.random() < gamma_of[x[row, col]]:
                 x_[row, col] = np.random.choice(vocab_size, p=q)
                 y_[row, col] = np.random.choice(vocab_size, p=q)
     return x_, y_
 
 
 class Timer:
-    """Per-batch times in alternating rounds: on a shared machine the implementations see the same
-    load, and the median ignores the batches a neighbour preempted."""
+    """Per-batch times in rounds: the median ignores the batches a busy neighbour slowed."""
 
     def __init__(self):
-        self.times, self.fired, self.best_pass = {}, {}, {}
+        self.times, self.fired, self.best_pass = defaultdict(list), {}, defaultdict(float)
 
     def run(self, label, fn, items, size, r, per_item=1):
         """Times ``fn`` on round ``r``'s ``size`` items; an item holds ``per_item`` batches."""
         start = (r * size) % len(items)
-        work = (items[start:] + items[:start])[:size]
-        times, fired, clock = self.times.setdefault(label, []), 0, time.perf_counter
+        work, fired, clock = (items[start:] + items[:start])[:size], 0, time.perf_counter
         start = clock()
         for item in work:
             t0 = clock()
             fired += fn(item)
-            times.append((clock() - t0) / per_item)
+            self.times[label].append((clock() - t0) / per_item)
         tokens = len(work) * per_item * BATCH * BPTT
-        rate = tokens / (clock() - start)
-        self.best_pass[label] = max(self.best_pass.get(label, 0.0), rate)
+        self.best_pass[label] = max(self.best_pass[label], tokens / (clock() - start))
         self.fired[label] = fired / tokens
 
     def median_rate(self, label):
         return BATCH * BPTT / float(np.median(self.times[label]))
+
+    def line(self, label, shown=None):
+        rate, best, fired = self.median_rate(label), self.best_pass[label], self.fired[label]
+        us = BATCH * BPTT / rate * 1e6
+        print(f"{shown or label:<36}{rate:>12,.0f}{us:>10.1f}{best:>12,.0f}{fired:>8.2%}")
 
 
 def main(argv=None):
     parser = _common.parser("bench_noiser", __doc__)
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (%(default)s)")
     args = parser.parse_args(argv)
-
     data_bin = _common.binarized_ptb(args.ptb_dir, args.cache_dir)
     import torch
 
@@ -134,20 +121,14 @@ def main(argv=None):
         name: Noiser(build_scheme(name, stats, GAMMA, specials, blank, vocab_size), seed=1)
         for name in SCHEMES
     }
-    plugin_items = [
-        (x, y, np.arange(BATCH, dtype=np.int64) + BATCH * i) for i, (x, y) in enumerate(all_batches)
-    ]
-    torch_items = [
-        {
-            "id": torch.from_numpy(ids),
-            "net_input": {
-                "src_tokens": torch.from_numpy(np.ascontiguousarray(x)),
-                "src_lengths": torch.full((BATCH,), BPTT),
-            },
-            "target": torch.from_numpy(np.ascontiguousarray(y)),
-        }
-        for x, y, ids in plugin_items
-    ]
+    plugin_items = [(x, y, np.arange(BATCH) + BATCH * i) for i, (x, y) in enumerate(all_batches)]
+
+    def torch_batch(x, y, ids):  # the collater's batch dict
+        x, y = (torch.from_numpy(np.ascontiguousarray(a)) for a in (x, y))
+        net_input = {"src_tokens": x, "src_lengths": torch.full((BATCH,), BPTT)}
+        return {"id": torch.from_numpy(ids), "net_input": net_input, "target": y}
+
+    torch_items = [torch_batch(*item) for item in plugin_items]
     stacked_items = [
         tuple(np.concatenate([g[k] for g in plugin_items[i : i + STACK]]) for k in range(3))
         for i in range(0, len(plugin_items) - STACK + 1, STACK)
@@ -164,7 +145,6 @@ def main(argv=None):
     loader = AuthorsLoader(tokens, dictionary)
     setup_s = time.perf_counter() - t0
     np.random.seed(1234)
-
     # Algorithm 1 knows no special symbols: gamma for every id that has a successor, q = N1+(., x)
     total = stats.successor_total
     share = np.divide(stats.distinct_successors, total, out=np.zeros(vocab_size), where=total > 0)
@@ -176,7 +156,6 @@ def main(argv=None):
 
     authors = replaced(lambda x, y: authors_noise_batch_kn(x, y, loader, GAMMA))
     choice = replaced(lambda x, y: alg1_choice_kn(x, y, gamma_of, q, vocab_size))
-
     KN, TORCH = "plugin Noiser, kn", "plugin noise_lm_batch, kn"
     STACKED = f"plugin Noiser, kn, {STACK} batches/call"
     AUTHORS, CHOICE = "authors' loop (faithful port), kn", "Alg. 1 + np.random.choice, kn"
@@ -196,19 +175,10 @@ def main(argv=None):
         timer.run(AUTHORS, authors, all_batches, LOOP_BATCHES, r)
         timer.run(CHOICE, choice, all_batches, CHOICE_BATCHES, r)
     wall = time.perf_counter() - wall
-
     print(f"\n{'implementation':<36}{'tokens/s':>12}{'us/batch':>10}{'best pass':>12}{'fired':>8}")
     print(f"{'':<36}{'(median)':>12}{'(median)':>10}{'tokens/s':>12}")
-
-    def line(label, shown=None):
-        rate = timer.median_rate(label)
-        print(
-            f"{shown or label:<36}{rate:>12,.0f}{BATCH * BPTT / rate * 1e6:>10.1f}"
-            f"{timer.best_pass[label]:>12,.0f}{timer.fired[label]:>8.2%}"
-        )
-
     for label in (KN, TORCH, AUTHORS, CHOICE, STACKED):
-        line(label)
+        timer.line(label)
     ratio = timer.median_rate(KN) / timer.median_rate(AUTHORS)
     print(
         f"\nratio plugin Noiser / authors' loop (kn, gamma_0={GAMMA}): {ratio:.1f}x "
@@ -223,7 +193,7 @@ def main(argv=None):
     print(f"(authors' tables built in {setup_s:.1f} s, not timed; timed part {wall:.1f} s)")
     print("\nplugin Noiser, every scheme:")
     for name in SCHEMES:
-        line(f"plugin Noiser, {name}", f"  {name}")
+        timer.line(f"plugin Noiser, {name}", f"  {name}")
 
 
 if __name__ == "__main__":

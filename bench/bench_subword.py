@@ -1,8 +1,4 @@
-"""Subword sampling's cost on the CPU, on Multi30k En-De with 8k sentencepiece pieces per language.
-
-Per sentence, the three samplers taking turns; per epoch, updates of multi30k_spm_cpu's 256-unit
-model without and with sampling, alternating in one process (bench/README.md, section 7).
-"""
+"""Subword sampling's cost on the CPU, on Multi30k En-De, 8k sentencepiece pieces per language."""
 
 import os
 import statistics
@@ -18,6 +14,8 @@ from fairseq_noising.data_prep.translation import copy_plain
 from fairseq_noising.subword import SubwordModel, SubwordSampler
 
 from . import _common
+
+SAMPLERS = {"unigram, every segmentation": -1, "unigram, 64 best": 64, "BPE-dropout": -1}  # nbest
 
 
 def prepared(multi30k: Path, cache: Path) -> Path:
@@ -41,11 +39,8 @@ def prepared(multi30k: Path, cache: Path) -> Path:
 def per_sentence(work: Path, rounds: int, batches: int):
     lines = (work / "raw/train.de").read_text(encoding="utf-8").splitlines()[: 128 * batches]
     methods = {}
-    for name, path, nbest in (
-        ("unigram, every segmentation", "data-bin/spm.de.model", -1),
-        ("unigram, 64 best", "data-bin/spm.de.model", 64),
-        ("BPE-dropout", "bpe.de.model", -1),
-    ):
+    for name, nbest in SAMPLERS.items():
+        path = "bpe.de.model" if name == "BPE-dropout" else "data-bin/spm.de.model"
         model = SubwordModel(str(work / path))
         symbols = ["<s>", "<pad>", "</s>", "<unk>"] + model.dictionary_symbols() + ["<blank>"]
         to_piece, to_dict = model.map_dictionary(symbols, [0, 1, 2, 3, len(symbols) - 1], 3, "")
@@ -74,6 +69,7 @@ def per_sentence(work: Path, rounds: int, batches: int):
 
 
 def per_epoch(work: Path, args):
+    """The 256-unit model's updates without and with sampling, alternating in one process."""
     import torch
 
     argv = [str(work / "data-bin"), "--user-dir", str(_common.PLUGIN_DIR)] + (
@@ -84,12 +80,9 @@ def per_epoch(work: Path, args):
     ).split()
     epoch_cells(argv)
     times, pieces, cost, updates = _common.paired_updates(argv, args.updates, 1, 128, 2560)
-    times = {"with": times["wrapped"], "without": times["clean"]}
-    grown = {  # with / without, after the warm-up
-        k: sum(u[k] for u in pieces["wrapped"][1:]) / sum(u[k] for u in pieces["clean"][1:])
-        for k in pieces["clean"][0]
-    }
-    med = {c: statistics.median(t) for c, t in times.items()}
+    wrapped, clean = pieces["wrapped"][1:], pieces["clean"][1:]  # after the warm-up
+    grown = {k: sum(u[k] for u in wrapped) / sum(u[k] for u in clean) for k in pieces["clean"][0]}
+    med = {c: statistics.median(times[k]) for c, k in (("with", "wrapped"), ("without", "clean"))}
     print(
         f"per epoch ({updates} updates of batch 128; 256 units; torch threads "
         f"{torch.get_num_threads()}; {args.updates} updates each, alternating), alpha "
@@ -97,30 +90,24 @@ def per_epoch(work: Path, args):
     )
     for c in ("without", "with"):
         print(f"  {c:7s} sampling: {med[c]:.3f} s/update -> epoch {med[c] * updates / 60:.1f} min")
-    pairs = sorted(a / b for a, b in zip(times["with"], times["without"]))
-    print(
-        f"  ratio with / without: {med['with'] / med['without']:.3f} (medians); per pair "
-        f"{statistics.median(pairs):.3f}, quartiles {pairs[len(pairs) // 4]:.3f}-"
-        f"{pairs[3 * len(pairs) // 4]:.3f}"
-    )
+    pairs = sorted(a / b for a, b in zip(times["wrapped"], times["clean"]))
+    ratio = f"{med['with'] / med['without']:.3f} (medians); per pair {statistics.median(pairs):.3f}"
+    quartiles = f"quartiles {pairs[len(pairs) // 4]:.3f}-{pairs[3 * len(pairs) // 4]:.3f}"
+    print(f"  ratio with / without: {ratio}, {quartiles}")
     print("  with / without: " + ", ".join(f"{k} x{v:.3f}" for k, v in grown.items()))
     print(f"  sampling alone: {cost * 1e3:.1f} ms/batch = {cost / med['without']:.1%} of an update")
 
 
 def epoch_cells(argv, epochs=3):
-    """Pieces and padded cells (each batch of 128 padded to its longest source and target) of
-    whole epochs with sampling over those without: batches formed from the epoch's sampled
-    lengths (what training does), and, for comparison, from the binarized lengths."""
-    _, task = _common.fairseq_task(argv)
+    """Pieces and padded cells of whole epochs, with / without sampling (bench/README.md, 7)."""
+    task = _common.fairseq_task(argv)[1]
     task.load_dataset("train")
-    wrapper = task.dataset("train")
-    clean, src0, tgt0 = wrapper.dataset, wrapper.dataset.src_sizes, wrapper.dataset.tgt_sizes
+    wrapper, clean = task.dataset("train"), task.dataset("train").dataset
+    src0, tgt0 = clean.src_sizes, clean.tgt_sizes
 
     def batches(dataset, epoch):
-        itr = task.get_batch_iterator(
-            dataset, max_sentences=128, seed=1, epoch=epoch, disable_iterator_cache=True
-        )
-        return itr.frozen_batches
+        kwargs = dict(max_sentences=128, seed=1, epoch=epoch, disable_iterator_cache=True)
+        return task.get_batch_iterator(dataset, **kwargs).frozen_batches
 
     def cells(batch_list, src, tgt):
         return sum(len(b) * (int(src[b].max()) + int(tgt[b].max())) for b in batch_list)

@@ -1,10 +1,6 @@
-"""Training words/s on PTB batches of 20 x 35 (bench/README.md, sections 3 and 5).
+"""Training words/s on PTB batches of 20 x 35 (bench/README.md, sections 3 and 5)."""
 
-``--mode inprocess|cli|both``: kn noising (gamma 0.2) against none, same model and flags, in one
-Trainer alternating update by update, and as fairseq-train runs side by side. ``--mode models``:
-the paper's LSTM against fairseq's ``lstm_lm`` and plain PyTorch; then, on CUDA, peak memory.
-"""
-
+import itertools
 import json
 import os
 import re
@@ -12,10 +8,11 @@ import statistics
 import sys
 import tempfile
 import time
+from argparse import Namespace
+from contextlib import ExitStack
 
 from . import _common
-from ._common import BATCH, BPTT, alternate
-from ._lstm_models import build_network, training_step
+from ._common import BATCH, BPTT, alternate, ptb_batches
 
 WPS_LINE = re.compile(r"\| train_inner \| (\{.*\})\s*$")
 
@@ -51,11 +48,9 @@ def run_inprocess(args, data_bin):
     low, high = np.percentile(boot, [2.5, 97.5])
     for label, runs in (("with kn", kn), ("without", none)):
         wps = [BATCH * BPTT / t for t in runs]
-        q = statistics.quantiles(wps, n=4)
-        print(
-            f"  words/s {label:10}: median {statistics.median(wps):.4g} (IQR {q[0]:.4g}-"
-            f"{q[2]:.4g}, n={len(wps)})"
-        )
+        q, median = statistics.quantiles(wps, n=4), statistics.median(wps)
+        iqr = f"IQR {q[0]:.4g}-{q[2]:.4g}, n={len(wps)}"
+        print(f"  words/s {label:10}: median {median:.4g} ({iqr})")
     q = statistics.quantiles(pairs, n=4)
     print(
         f"  ratio kn / none, median of adjacent pairs : {statistics.median(pairs):.4f} (bootstrap "
@@ -71,55 +66,96 @@ def run_inprocess(args, data_bin):
     return statistics.median(pairs)
 
 
-def interval_wps(condition, proc, out, started):
-    """The wps of a finished fairseq-train run's train_inner lines but the first (warm-up)."""
-    proc.wait()
-    out.seek(0)
-    output = out.read()
-    if proc.returncode != 0:
-        sys.exit(f"error: fairseq-train ({condition}) exited {proc.returncode}:\n{output[-3000:]}")
-    run = [float(json.loads(m[1])["wps"]) for m in map(WPS_LINE.search, output.splitlines()) if m]
-    if len(run) < 2:
-        sys.exit("error: no train_inner line after the first; raise --max-update")
-    print(
-        f"  {condition:>4}: wps per interval {', '.join(f'{w:.0f}' for w in run[1:])}"
-        f"  (run ended after {time.perf_counter() - started:.0f} s)",
-        flush=True,
-    )
-    return run[1:]
-
-
 def run_cli(args, data_bin):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    interval = max(1, args.max_update // 6)
+    """kn and none as fairseq-train runs side by side: the wps of their logged intervals."""
+    env, interval = {**os.environ, **_common.ONE_THREAD}, max(1, args.max_update // 6)
     wps, pair_ratios = {"kn": [], "none": []}, []
     print(
         f"cli: {args.pairs} pair(s) kn+none side by side; --max-update {args.max_update} "
         f"--log-interval {interval}, first interval skipped; OMP_NUM_THREADS=1",
         flush=True,
     )
-    with tempfile.TemporaryDirectory(prefix="bench-train-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as workdir, ExitStack() as stack:
+        running = []
+        stack.callback(_common.stop, running)  # whatever happens
         for _ in range(args.pairs):
             started, procs, medians = time.perf_counter(), {}, {}
-            try:
-                for condition in wps:
-                    cmd = [_common.cli("fairseq-train")]
-                    cmd += train_args(data_bin, condition, args, args.max_update, interval)
-                    out = tempfile.TemporaryFile(mode="w+", dir=workdir)
-                    procs[condition] = (_common.start(cmd, env=env, cwd=workdir, stdout=out), out)
-                for condition, (proc, out) in procs.items():
-                    run = interval_wps(condition, proc, out, started)
-                    wps[condition] += run
-                    medians[condition] = statistics.median(run)
-            finally:
-                _common.stop([proc for proc, _ in procs.values()])
-                for _, out in procs.values():
-                    out.close()
+            for condition in wps:  # the pair side by side
+                cmd = [_common.cli("fairseq-train")]
+                cmd += train_args(data_bin, condition, args, args.max_update, interval)
+                out = stack.enter_context(tempfile.TemporaryFile(mode="w+", dir=workdir))
+                running.append(_common.start(cmd, env, workdir, out))
+                procs[condition] = running[-1], out
+            for condition, (proc, out) in procs.items():
+                code, _ = proc.wait(), out.seek(0)
+                output = out.read()
+                if code != 0:
+                    sys.exit(f"error: fairseq-train ({condition}) exited {code}:\n{output[-3000:]}")
+                found = [m for m in map(WPS_LINE.search, output.splitlines()) if m]
+                run = [float(json.loads(m[1])["wps"]) for m in found][1:]  # the first: warm-up
+                if not run:
+                    sys.exit("error: no train_inner line after the first; raise --max-update")
+                each = ", ".join(f"{w:.0f}" for w in run)
+                ended = f"(run ended after {time.perf_counter() - started:.0f} s)"
+                print(f"  {condition:>4}: wps per interval {each}  {ended}", flush=True)
+                wps[condition] += run
+                medians[condition] = statistics.median(run)
             pair_ratios.append(medians["kn"] / medians["none"])
     ratio = statistics.median(wps["kn"]) / statistics.median(wps["none"])
     print(f"  ratio kn / none (medians of all intervals): {ratio:.4f}")
     print(f"  ratio per pair of runs: {', '.join(f'{r:.4f}' for r in pair_ratios)}")
     return ratio
+
+
+def network_step(kind, hidden, dictionary, ids, args, device):
+    """A training step of one of the three networks (bench/README.md, section 5)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from fairseq.models import build_model
+
+    import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the plugin's models)
+
+    torch.manual_seed(1)
+    task = Namespace(dictionary=dictionary, source_dictionary=dictionary)
+    task.target_dictionary, dropout = dictionary, args.dropout
+    if kind == "noising":
+        cfg = dict(hidden_size=hidden, num_layers=2, dropout=dropout)
+        model = build_model(Namespace(arch="noising_lstm_lm_medium", **cfg), task)
+    elif kind == "stock":
+        cfg = dict(decoder_embed_dim=hidden, decoder_hidden_size=hidden, decoder_layers=2)
+        cfg.update(decoder_out_embed_dim=hidden, criterion="cross_entropy", dropout=dropout)
+        cfg.update(tokens_per_sample=BPTT, max_target_positions=None)
+        model = build_model(Namespace(arch="lstm_lm", **cfg), task)
+    else:  # plain: dropout after the embedding and after the LSTM
+        model = nn.ModuleDict(dict(embed=nn.Embedding(len(dictionary), hidden)))
+        model.update(dict(lstm=nn.LSTM(hidden, hidden, 2, dropout=dropout)))
+        model.update(dict(out=nn.Linear(hidden, len(dictionary)), drop=nn.Dropout(dropout)))
+        for p in model.parameters():
+            nn.init.uniform_(p, -0.1, 0.1)
+    model, batches, carried = model.to(device).train(), itertools.cycle(ptb_batches(ids)), [None]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+
+    def step():
+        x, y = (t.to(device) for t in next(batches))
+        if kind == "noising":
+            logits, extra = model(x, initial_state=carried[0])
+            carried[0] = tuple(s.detach() for s in extra["final_state"])
+        elif kind == "stock":
+            logits, _ = model(x)
+        else:
+            h, state = model.lstm(model.drop(model.embed(x.t())), carried[0])
+            logits = model.out(model.drop(h).transpose(0, 1))
+            carried[0] = tuple(s.detach() for s in state)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if args.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
+        optimizer.step()
+        step.loss = loss.detach()
+
+    return step
 
 
 def run_models(args, data_bin):
@@ -136,49 +172,38 @@ def run_models(args, data_bin):
         f"network: hidden {args.hidden_size}, layers 2, dropout {args.dropout}, batch "
         f"{BATCH}x{BPTT}, {args.rounds} round(s) of {args.steps} steps (+{warmup} warmup)"
     )
-
-    def step_of(kind, hidden):
-        torch.manual_seed(1)
-        model = build_network(kind, dictionary, hidden, args, device).train()
-        return training_step(kind, model, ids, args, device)
-
-    steps = {kind: step_of(kind, args.hidden_size) for kind in ("noising", "stock", "plain")}
+    kinds, words = ("noising", "stock", "plain"), args.steps * BATCH * BPTT
+    steps = {k: network_step(k, args.hidden_size, dictionary, ids, args, device) for k in kinds}
     times = alternate(steps, args.rounds, args.steps, warmup, sync)
-    speed = {kind: args.steps * BATCH * BPTT / min(times[kind]) for kind in steps}
+    speed = {kind: words / min(times[kind]) for kind in steps}
     for kind, step in steps.items():
-        each = ", ".join(f"{args.steps * BATCH * BPTT / t:.1f}" for t in times[kind])
-        print(
-            f"  {kind:8s} {speed[kind]:12.1f} words/s (best of rounds: {each}; last loss "
-            f"{float(step.loss):.3f})"
-        )
+        each = ", ".join(f"{words / t:.1f}" for t in times[kind])
+        loss = f"last loss {float(step.loss):.3f}"
+        print(f"  {kind:8s} {speed[kind]:12.1f} words/s (best of rounds: {each}; {loss})")
     for other in ("stock", "plain"):
         print(f"  ratio noising/{other}: {speed['noising'] / speed[other]:.2f}x")
     del steps
     sizes = [int(s) for s in args.memory_sizes.split(",") if s] if device.type == "cuda" else []
     if sizes:
         print("peak memory of one training step (torch.cuda.max_memory_allocated):")
-    for hidden in sizes:
-        for kind in args.memory_models.split(","):
-            torch.cuda.empty_cache()
-            step = step_of(kind, hidden)
-            step()  # gradients and the carried state allocated once
-            sync()
-            torch.cuda.reset_peak_memory_stats(device)
-            resident = torch.cuda.memory_allocated(device)
-            step()
-            sync()
-            peak = torch.cuda.max_memory_allocated(device)
-            print(
-                f"  {kind:8s} hidden {hidden:5d}: peak {peak / 2**20:9.1f} MiB, "
-                f"step above resident {(peak - resident) / 2**20:9.1f} MiB"
-            )
-            del step
+    for hidden, kind in ((h, k) for h in sizes for k in args.memory_models.split(",")):
+        torch.cuda.empty_cache()
+        step = network_step(kind, hidden, dictionary, ids, args, device)
+        step()  # gradients and the carried state allocated once
+        sync()
+        torch.cuda.reset_peak_memory_stats(device)
+        resident = torch.cuda.memory_allocated(device)
+        step()
+        sync()
+        peak = torch.cuda.max_memory_allocated(device)
+        above = f"step above resident {(peak - resident) / 2**20:9.1f} MiB"
+        print(f"  {kind:8s} hidden {hidden:5d}: peak {peak / 2**20:9.1f} MiB, {above}")
+        del step
 
 
 def main(argv=None):
-    parser = _common.parser("bench_training", __doc__)
+    parser = _common.parser("bench_training", __doc__, device=True)
     parser.add_argument("--mode", choices=("inprocess", "cli", "both", "models"), default="both")
-    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
     parser.add_argument("--warmup", type=int, help="untimed steps each (5; models: 3)")
     g = parser.add_argument_group("kn / none (inprocess, cli)")
     g.add_argument("--arch", default="noising_lstm_lm_small")

@@ -1,43 +1,7 @@
 """Let torch's safe (``weights_only=True``) loader read fairseq checkpoints.
 
-Since torch 2.6, ``torch.load`` defaults to ``weights_only=True``: it only rebuilds tensors,
-containers and primitives, plus whatever globals were explicitly allow-listed with
-``torch.serialization.add_safe_globals``. fairseq 0.12 calls ``torch.load(f, map_location=...)``
-without ``weights_only`` (``fairseq/checkpoint_utils.py::load_checkpoint_to_cpu``), so stock
-``fairseq-generate``, ``fairseq-eval-lm`` and resuming from ``checkpoint_last.pt`` fail on the
-checkpoints fairseq itself writes.
-
-Rather than turning the check off, this module allow-lists the few non-tensor Python objects that
-the fairseq trainer actually writes. They were found empirically, by running
-``torch.serialization.get_unsafe_globals_in_checkpoint`` (plus a real ``torch.load``, since that
-function misses the dtype classes that numpy's pickles BUILD) over checkpoints from ``lstm_lm``,
-``transformer_lm`` and ``lstm`` translation runs with the sgd/adam/nag/adafactor optimizers,
-fixed/inverse_sqrt/reduce_lr_on_plateau/cosine/tri_stage schedulers, EMA, ``--update-freq``,
-``--save-interval-updates``, ``--keep-best-checkpoints``, ``fairseq-hydra-train`` and
-``--eval-bleu``:
-
-* ``argparse.Namespace``: ``cfg["model"]`` (and the other ``cfg`` groups) of models registered
-  with argparse-style ``register_model_architecture`` (``lstm``, ``lstm_lm``, ...), and the
-  top-level ``args`` of pre-hydra checkpoints.
-* numpy arrays: ``extra_state["metrics"]`` holds the state of every logged meter;
-  ``--eval-bleu`` logs ``_bleu_counts``/``_bleu_totals`` as ``np.ndarray`` of int64. An array
-  pickles as ``numpy.(_)core.multiarray._reconstruct`` + ``numpy.ndarray`` + ``numpy.dtype``, and
-  (numpy >= 1.25) the dtype instance is of a concrete class such as ``numpy.dtypes.Int64DType``
-  that must be allow-listed too. Only plain numeric/bool dtype classes are listed, so object
-  arrays (which could smuggle arbitrary objects) are still refused.
-* numpy scalars (``numpy.(_)core.multiarray.scalar``): fairseq's meters accept numpy numbers and
-  ``safe_round`` keeps them numpy, so any metric logged as a numpy scalar ends up in the meters
-  state and, if it is the ``--best-checkpoint-metric``, in ``val_loss``/``best`` and the
-  ``reduce_lr_on_plateau`` state.
-
-Everything else fairseq writes is tensors, dicts/lists/tuples, ``OrderedDict`` and primitives
-(``cfg`` is saved via ``OmegaConf.to_container(..., enum_to_str=True)``; meters are stored as
-``(priority, name, class-name string, state dict)``), which torch already accepts.
-
-numpy 2 renamed ``numpy.core`` to ``numpy._core`` and pickles record the module path of the
-writing version, so the numpy functions are registered under both names (on torch >= 2.6, whose
-allow-list accepts ``(object, "module.name")`` pairs): checkpoints written under numpy 1.x load
-under numpy 2.x and vice versa.
+The few non-tensor objects fairseq writes are allow-listed, nothing more; what they are, how they
+were found, and why numpy's functions are listed under two module names: docs/checkpoints.md.
 """
 
 import argparse

@@ -1,22 +1,7 @@
 """Unigram and bigram statistics that the noising schemes need (pure numpy, no fairseq).
 
-All statistics are over token ids of one vocabulary of size ``V``:
-
-- ``unigram[x]``          c(x), occurrences of x;
-- ``successor_total[x]``  sum_y c(x, y), bigram tokens that start with x;
-- ``distinct_successors[x]``   N1+(x, .), bigram types that start with x;
-- ``distinct_predecessors[x]`` N1+(., x), bigram types that end with x (a stream's first
-  token counts at least one, as in the authors' code);
-- ``n1[x], n2[x], n3plus[x]``  distinct successors of x seen exactly once, twice, three or more times;
-- ``discounts``           the corpus-wide Chen-Goodman discounts (D1, D2, D3+) from the
-  counts-of-counts of bigram types.
-
-Two ways to cut the data into bigrams:
-
-- :func:`stream_stats` for language modeling: one contiguous stream, bigrams across line ends;
-- :func:`sentence_stats` for translation: bigrams only inside each sentence.
-
-Everything is vectorised: one ``np.unique`` over packed bigram keys does the counting.
+:func:`stream_stats` counts a language model's stream, :func:`sentence_stats` a translation side;
+what each array holds: docs/schemes.md, "Statistics cache".
 """
 
 from dataclasses import dataclass, fields

@@ -1,31 +1,8 @@
 """The noising schemes of Xie et al. (2017), Table 1, plus the authors' code's extras (pure numpy).
 
-A scheme is two vectors over the vocabulary and a flag:
-
-- ``gamma[x]``: the probability that a context token x is noised;
-- ``proposal[x]``: q(x), the distribution a replacement is drawn from (``None`` for blank);
-- ``noise_target``: whether the prediction target at a noised position is replaced too.
-
-=========  ==========================================  =========================  ===================
-scheme     gamma(x)                                    q                          replaced
-=========  ==========================================  =========================  ===================
-none       0                                           --                         --
-blank      g0                                          the ``<blank>`` symbol     context
-uniform    g0                                          uniform over seen types    context
-unigram    g0                                          c(x) / N                   context
-ad         g0 N1+(x,.) / sum_y c(x,y)                  c(x) / N                   context
-kn         g0 N1+(x,.) / sum_y c(x,y)                  N1+(., x)                  context and target
-mkn        g0 (D1 n1 + D2 n2 + D3+ n3+)(x) / sum c     N1+(., x)                  context and target
-=========  ==========================================  =========================  ===================
-
-Probabilities are clipped to [0, 1]; a token with no successor in the training data gets g0.
-Special symbols (``special_ids``: padding, begin of sentence, blank, and the end of sentence in
-translation or with ``--special-eos``) are never noised and never drawn; their gamma and q are 0.
-The unknown word is an ordinary token.
-
-Every scheme is one :class:`SchemeSpec` in :data:`REGISTRY`; the ``--noise-scheme`` flag's choices
-and help, the recipes' table labels and the tests' scheme lists are read from it, so a new scheme
-is one ``register_scheme`` call (and its test).
+A scheme is ``gamma[x]`` (the probability that a context token x is noised), ``proposal[x]`` (q,
+a replacement's distribution; ``None`` for blank) and ``noise_target``; each is one
+:class:`SchemeSpec` in :data:`REGISTRY`. The table, the special symbols: docs/schemes.md.
 """
 
 from dataclasses import dataclass

@@ -1,19 +1,7 @@
 """KL divergences of predicted distributions and perplexities (torch, no fairseq).
 
-Vocabulary convention (used by ``fairseq-noise-analyze kl``): the comparison runs over the
-*real vocabulary* R, the token types seen in the training split (unigram count > 0; this includes
-the end-of-sentence symbol and ``<unk>`` when they occur, and excludes padding, ``<s>``,
-``<blank>`` and any dictionary entry never seen in training). Both reference distributions are
-then strictly positive on R:
-
-- uniform: u(x) = 1 / |R|;
-- unigram: q(x) = c(x) / sum_{y in R} c(y), from the cached training statistics.
-
-The model's softmax p over the whole dictionary is renormalised on R,
-p_R(x) = p(x) / p(R), and the reported divergence is D(p_R || q) = sum_{x in R} p_R(x) log(p_R(x) /
-q(x)) in nats, averaged over all target positions of the split. The mass p outside R (1 - p(R))
-is reported beside it, so the cost of the renormalisation is visible (it is tiny for a trained
-model: it never sees unseen types as targets).
+The comparison runs over the real vocabulary R (the types seen in training), the model's softmax
+renormalised on R and the mass outside R reported beside it: docs/analysis.md, ``kl``.
 """
 
 import math

@@ -1,23 +1,7 @@
 """Per-epoch perplexities from fairseq training logs: the one module that reads log lines.
 
-A row of a sweep keeps its facts in structures (its record, checkpoint and json log:
-:mod:`fairseq_noising.sweep.record`); this module serves logs that have nothing else, such as
-``fairseq-train`` output given to ``fairseq-noise-analyze curves`` and runs logged before the
-sweeps logged json. It understands fairseq's ``simple``, ``tqdm`` and ``json`` formats (and any
-mix, for instance a resumed run), also as ``fairseq-hydra-train`` writes them
-(``[time][train][INFO] - epoch 003 | loss ...``). The lines used are the end-of-epoch summaries:
-
-- simple/tqdm: ``... | train | epoch 003 | loss 5.1 | ppl 34.3 | ...`` and
-  ``... | valid | epoch 003 | valid on 'valid' subset | loss 5.3 | ppl 39.4 | ...``;
-- json: ``... | train | {"epoch": 3, "train_loss": "5.1", "train_ppl": "34.3", ...}`` and
-  ``... | valid | {"epoch": 3, "valid_loss": "5.3", "valid_ppl": "39.4", ...}``;
-
-and the per-update lines (``train_inner``) for the position inside the current epoch. When an
-epoch appears twice (a run resumed from a checkpoint of the middle of an epoch), the last value
-wins. ``ppl`` is the one fairseq prints (2 ** loss, loss in bits). The train summary's ``lr`` and
-``wall`` (seconds since the process began) are kept per epoch; a resumed run's log holds one
-process after another, each starting with fairseq's configuration dump, and the run's wall time
-is the sum of each process's last ``wall``.
+It serves logs that have nothing else (``fairseq-noise-analyze curves``, ``fairseq-noise-page
+--import-logs``); the formats and lines it reads: docs/analysis.md, ``curves``.
 """
 
 import json

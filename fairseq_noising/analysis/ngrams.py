@@ -1,18 +1,7 @@
 """Evaluation positions whose bigram or trigram never occurs in the training data (numpy).
 
-Convention (``fairseq-noise-analyze unseen``). A split is one token stream (every line followed
-by ``</s>``, as fairseq binarizes it), read by the language model with one ``</s>`` before its
-first token (fairseq's ``TokenBlockDataset`` gives the first block the context ``</s>``). With
-s = [</s>] + stream, the target at stream position p is s[p+1], and its
-
-- bigram is (s[p], s[p+1]): the context token and the target;
-- trigram is (s[p-1], s[p], s[p+1]), defined for p >= 1 only (position 0 has one token of
-  history).
-
-The training n-grams are those of the training stream prefixed the same way. A position is an
-*unseen bigram* (*unseen trigram*) position when its bigram (trigram) is not among the training
-ones; the perplexity "of the last unigram" (Table 6 of Xie et al.) is the model's perplexity of
-the targets at those positions only.
+A split is read as one token stream with one ``</s>`` before its first token; the convention
+(``fairseq-noise-analyze unseen``, Table 6 of Xie et al.): docs/analysis.md, ``unseen``.
 """
 
 import numpy as np

@@ -1,22 +1,7 @@
 """Expected bigram pseudocounts of noised data, exactly, from gamma(x) and q (numpy).
 
-Setting (``fairseq-noise-analyze pseudocounts``): the training data is a set of positions j,
-each pairing a context token x_j with a target y_j (as the language-modeling batches pair
-``src_tokens[:, j]`` with ``target[:, j]``). Let c(a, b) count the positions with x_j = a,
-y_j = b. The noiser fires at position j with probability gamma(x_j) (0 for special symbols);
-when it fires the context becomes a draw from q (the ``<blank>`` symbol for blank noising) and,
-for kn/mkn only, an *ordinary* target (not ``</s>`` nor padding) becomes an independent draw
-from q. Hence, with o(y) = 1 when y is ordinary,
-
-  E[c~(a, b)] = (1 - gamma(a)) c(a, b)                                         (unchanged)
-              + q(a) sum_x gamma(x) c(x, b)                  context-only schemes
-              + q(a) [ q(b) T + (1 - o(b)) sum_x gamma(x) c(x, b) ]   kn / mkn,
-
-where T = sum_{x, y : o(y)} gamma(x) c(x, y). For unigram noising (gamma = g on ordinary tokens,
-q the unigram distribution over ordinary tokens) the first line is Section 3.3's interpolation
-(1 - g) c(a, b) + g q(a) c'(b), with c'(b) = sum_{x ordinary} c(x, b) the positions that predict
-b from a noisable context; dividing by E[c~(a)] gives p~(b | a) = (1 - g) p(b | a) + g p(b)
-(for an ordinary a).
+The setting and the formulas (``fairseq-noise-analyze pseudocounts``, Section 3.3 of Xie et al.):
+docs/analysis.md, ``pseudocounts``.
 """
 
 from dataclasses import dataclass

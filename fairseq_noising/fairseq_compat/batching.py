@@ -1,15 +1,11 @@
 """How fairseq's ``LanguagePairDataset`` and ``MonolingualDataset`` size and order their examples
-for batching, over other lengths: those of a wrapper whose examples change length every epoch
-(subword sampling), so that its batches are formed from the lengths the examples have in that
-epoch. ``lengths``: ``{"source", "target": one length an example}``, ``"source"`` for pairs only.
+for batching, over the lengths a subword-sampling wrapper's examples have in the epoch
+(docs/subword_sampling.md). ``lengths``: ``{"source", "target": one length an example}``,
+``"source"`` for pairs only.
 
-Mirrors ``ordered_indices``, ``num_tokens_vec``, ``size`` and ``sizes`` of
-fairseq/data/language_pair_dataset.py (a permutation drawn under the caller's
-``numpy_seed(seed + epoch)`` when the dataset shuffles, then stable sorts by target and then
-source length; the longer side) and fairseq/data/monolingual_dataset.py (``lexsort`` of the
-permutation and the lengths). A pair dataset's ``buckets`` (``--num-batch-buckets``) and a
-monolingual one's ``fixed_pad_length`` pad to lengths fixed once: with them, :func:`kind` is None
-and the binarized lengths are kept.
+It mirrors their ``ordered_indices``, ``num_tokens_vec``, ``size`` and ``sizes``; with fixed pad
+lengths (``--num-batch-buckets``, ``fixed_pad_length``) :func:`kind` is None and the binarized
+lengths are kept.
 """
 
 import numpy as np

@@ -1,20 +1,7 @@
 """The Hydra callback that makes every row of a ``fairseq-hydra-train -m`` sweep a results row.
 
-Named in a sweep's config (``recipes/config``)::
-
-    hydra:
-      callbacks:
-        row:
-          _target_: fairseq_noising.sweep.callback.RowCallback
-          table: {title: ..., paper: {...}}   # the page's title and the paper's figures
-
-In the process that trains a row (a joblib worker, a SLURM job) it starts fairseq's running bests
-afresh, writes the row's record (``row.json``, :mod:`.record`) and appends to its progress file
-(:mod:`.events`) the start, what fairseq reports while it trains, and the end. When the training
-ends it evaluates ``checkpoint_best.pt`` in a process of its own (:mod:`.evaluate`) and rewrites
-the sweep's page (:mod:`.page`). A row whose training had ended is left as it is (fairseq loads
-it and trains nothing). Nothing it does fails a row that trained; a failed row leaves the others
-alone.
+Named in a sweep's config as ``hydra.callbacks.row`` (``recipes/config``); what it does in the
+process that trains a row, from the start to the page: docs/sweeps.md, "One row".
 """
 
 import functools

@@ -1,26 +1,9 @@
 """How far a row's training got, from what fairseq, the scheduler and the row store, never from
 log lines.
 
-Two sources, both structured:
-
-- ``checkpoint_last.pt``: where the training is (the epoch iterator's position and the number of
-  updates), its cumulative training time (``extra_state["previous_training_time"]``, the clock of
-  ``--stop-time-hours``), the last validation's value (``extra_state["val_loss"]``) and, for
-  ``paper_halving``, the scheduler's validations, whose replay gives the halvings and whether
-  the protocol has ended (:mod:`fairseq_noising.optim.halving_rule`);
-- the row's progress file (:mod:`.events`): every validation, epoch summary and logged update of
-  the training its checkpoints continue, and each process that trained it (when it started,
-  from where, and whether it ended or was stopped).
-
-How a training ended (:func:`training`'s ``stop``) follows from these facts and the row's config,
-by fairseq's own stop tests: ``halvings`` (paper_halving's last halved rate trained),
-``patience`` (``checkpoint.patience`` validations of the last process without improving on its
-best: fairseq's count starts afresh in each process), ``max_update``, ``time``
-(``optimization.stop_time_hours``), ``max_epoch`` (the epoch count capped it), or None.
-
-The facts only the checkpoint holds (:data:`AT_END`) are kept in the row's record when its
-training returns (``row.json``'s ``at_end``): a row whose checkpoints are gone (deleted to save
-space, left out of an archive) still says how it ended.
+The sources (``checkpoint_last.pt``, the row's progress file) and how a training ended
+(:func:`training`'s ``stop``): docs/sweeps.md, "Where each fact is". The facts only the checkpoint
+holds (:data:`AT_END`) are kept in ``row.json``'s ``at_end`` when the training returns.
 """
 
 import dataclasses

@@ -1,19 +1,7 @@
 """A sweep row: what it is, how far it got, how it ended, what it scored; read from its folder.
 
-A row's folder holds what Hydra, fairseq and the row itself write, and each fact is read from
-the one place that holds it:
-
-- ``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml`` (Hydra): the row's config, its
-  overrides, the folder the sweep ran in and the row callback's options (the table);
-- ``checkpoint_last.pt`` and the json log (fairseq): how far the training got (:mod:`.progress`);
-- ``row.json`` (the row's callback, :mod:`.callback`): its status (``training``, ``ended``,
-  ``failed`` with the error's line), when it started and ended, the process that runs it
-  (host, pid, SLURM job), the GPU and MPS, what the checkpoint said when the training returned
-  (``at_end``, for a row whose checkpoints are gone) and its evaluation (:mod:`.evaluate`).
-
-:func:`read` puts them together into a plain dict, the page's input (:mod:`.page`). A row
-recorded ``training`` whose process is gone shows as ``stopped``; a page's copy of a row shows it
-as it was when paged.
+Each fact is read from the one file that holds it (docs/sweeps.md, "Where each fact is" and
+"``row.json``"); :func:`read` puts them together into a plain dict, the page's input (:mod:`.page`).
 """
 
 import datetime

@@ -3,13 +3,7 @@
     fairseq-noise-page SWEEP_DIR [--out PAGE.md] [--table NAME] [--title TEXT] [--paper|--no-paper]
                        [--path-as FOLDER=SHOWN ...]
 
-Our figures (gamma_0 chosen per row key on validation, averaged over seeds), beside the paper's
-when the rows trained on the paper's data (:mod:`.tables`), every row (:mod:`.markdown`),
-Figure 1, and every command, as it runs from the folder the sweep ran in. Beside the page,
-``PAGE-rows/`` holds each row's record, progress, evaluation output and training log: every
-figure on the page can be recomputed from them (``fairseq-noise-page PAGE-rows``). Each row
-rewrites its sweep's page when it ends, with the options the page was last written with; the
-page writer never fails on a row.
+What the page holds, and the rows' files beside it: docs/sweeps.md, "The page".
 """
 
 import argparse

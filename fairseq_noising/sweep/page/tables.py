@@ -1,21 +1,8 @@
 """What a results page says about its table: its title, a note, the paper's figures beside ours,
-and on which data those figures were obtained. They live with the table's config, under the row
-callback's options (``recipes/config``)::
+and on which data those figures were obtained.
 
-    hydra:
-      callbacks:
-        row:
-          table:
-            title: Penn Treebank, medium model (paper Table 2)
-            note: The paper's rows: none = dropout only; ...
-            data: {name: Penn Treebank (Mikolov's split), train_sentences: 42068}
-            paper: {none: [84.3, 80.4], kn: [79.9, 76.9]}   # validation, test (or BLEU)
-
-A row's copy of them is in its ``.hydra/hydra.yaml``; ``fairseq-noise-page --table NAME`` takes
-them from the config ``NAME`` instead. The title, the note and the paper's columns are the
-table's when the rows trained on its data (as many training sentences as
-``data.train_sentences``); otherwise the page is titled by the config and the data, and the
-paper's columns appear only when asked for.
+They live with the table's config, under ``hydra.callbacks.row.table`` (``recipes/config``); the
+options and when they are shown: docs/sweeps.md, "The page".
 """
 
 import os
