@@ -29,7 +29,6 @@ from fairseq.optim.lr_scheduler import build_lr_scheduler
 from omegaconf import OmegaConf
 
 import fairseq_noising.fairseq_plugin  # noqa: F401  (registers the scheduler)
-from fairseq_noising.optim.best_params import on_load_checkpoint
 from fairseq_noising.optim.paper_halving import PaperHalvingLRScheduleConfig
 
 # What that command line gives the fields that the scheduler's config links to other groups (II),
@@ -74,6 +73,15 @@ def trainer_cfg(scheduler):
     return scheduler.cfg._get_parent()
 
 
+def end_load_checkpoint(trainer, extra_state):
+    """What fairseq's ``Trainer.load_checkpoint`` ends with in this process, ``extra_state`` being
+    what it returns (None: no checkpoint found): the hook that importing the plugin installed
+    there (``fairseq_compat.end_load_checkpoint_with``), so that the tests fail without it."""
+    from fairseq.trainer import Trainer
+
+    Trainer.load_checkpoint.ends_with(trainer, extra_state)
+
+
 def build(model=None, momentum=0.0, cfg=None, **overrides):
     """(scheduler, model) as fairseq-train builds them on a first launch: the trainer builds the
     optimizer and the scheduler, and its load_checkpoint, which finds no checkpoint, ends with
@@ -87,7 +95,7 @@ def build(model=None, momentum=0.0, cfg=None, **overrides):
     optimizer = build_optimizer(optimizer_args, list(model.parameters()))
     scheduler = build_lr_scheduler(scheduler_args, optimizer)
     scheduler.step_update(0)
-    on_load_checkpoint(SimpleNamespace(cfg=trainer_cfg(scheduler), lr_scheduler=scheduler), None)
+    end_load_checkpoint(SimpleNamespace(cfg=trainer_cfg(scheduler), lr_scheduler=scheduler), None)
     return scheduler, model
 
 

@@ -30,6 +30,7 @@ from halving_kit import (
     build,
     decisions,
     del_fairseq_best,
+    end_load_checkpoint,
     epoch_lrs,
     expected_decisions,
     no_fairseq_best,  # noqa: F401  (autouse: no fairseq best leaks between tests)
@@ -46,7 +47,6 @@ from halving_kit import (
 from fairseq_noising import fairseq_compat
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.optim import halving_rule
-from fairseq_noising.optim.best_params import on_load_checkpoint
 
 
 # ---------------------------------------------------------------------------- fairseq's side
@@ -72,7 +72,7 @@ class FakeTrainer:
         self.lr_scheduler.optimizer.load_state_dict(state["last_optimizer_state"])
         self.lr_scheduler.step_update(last["num_updates"])
         self.lr_step(state["extra_state"]["train_iterator"]["epoch"])
-        on_load_checkpoint(self, state["extra_state"])
+        end_load_checkpoint(self, state["extra_state"])
 
     def lr_step(self, epoch, val_loss=None):
         return self.lr_scheduler.step(epoch, val_loss)
