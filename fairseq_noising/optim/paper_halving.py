@@ -29,8 +29,9 @@ class PaperHalvingLRScheduleConfig(FairseqDataclass):
         default=8,
         metadata={
             "help": "train at N halved learning rates (the paper: 8, down to lr/256), then stop "
-            "at the next epoch that would halve again; needs --stop-min-lr 0 and a validation "
-            "after every epoch (no --disable-validation)"
+            "at the next epoch that would halve again; needs --stop-min-lr 0, a validation "
+            "after every epoch (no --disable-validation) and whole checkpoints (no "
+            "--use-sharded-state)"
         },
     )
     halving_threshold: Optional[float] = field(
