@@ -105,8 +105,6 @@ def bench(kind, data_bin, args):
 def main(argv=None):
     import torch
 
-    from fairseq_noising.tasks.precision import bf16_supported
-
     parser = _common.parser("bench_precision", __doc__)
     parser.add_argument("--multi30k-dir", type=Path, help="default: the --ptb-dir's ../multi30k")
     parser.add_argument("--models", default="lm,mt", help="lm, mt or both (lm,mt)")
@@ -114,6 +112,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds (ABBA)")
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
+    from fairseq_noising.tasks.precision import bf16_supported  # fairseq: loaded after --help
+
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     flags = {f for line in open("/proc/cpuinfo") if line.startswith("flags") for f in line.split()}
     flags = sorted(f for f in flags if "bf16" in f or "amx" in f)
