@@ -413,6 +413,19 @@ def test_seeds_are_averaged_and_their_spread_shown(sweep_of, drawn):
     assert "every seed of the gamma_0 in the table" in got.text
 
 
+def test_a_difference_to_a_none_of_one_seed_says_so(sweep_of):
+    """none of one seed has no spread: the difference is judged against the row's own alone,
+    and the page says whose seed is missing."""
+    rows = [
+        ended_lm("none", 0, 130.0, 126.0, 131.0),
+        ended_lm("kn", 0.2, 110.0, 104.0, 112.0),
+        ended_lm("kn", 0.2, 111.0, 106.0, 112.0, seed=2),
+    ]
+    over = md_tables(sweep_of(rows).text)[1]
+    kn = ["2", "110.50", "1.00", "105.00", "2.00", "-21.00", "—", "yes (none: one seed)"]
+    assert cells(over, "bigram Kneser-Ney") == kn
+
+
 def test_a_pipe_in_an_error_line_stays_in_its_cell(sweep_of):
     # an evaluation killed by the system: its error ends with fairseq's last line, a log line
     error = (
