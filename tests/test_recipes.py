@@ -113,7 +113,7 @@ def test_the_quickstart_trains_both_rows_and_writes_the_page(tmp_path):
     assert again.returncode == 0 and "fairseq-preprocess" not in again.stdout + again.stderr
 
 
-def multi30k_by_heart(tmp_path, hidden, *overrides, epochs=200, lr=0.01, **env):
+def multi30k_by_heart(tmp_path, hidden, *overrides, epochs, lr=0.01, **env):
     """``multi30k.sh`` on the first 20 Multi30k training pairs as train, valid and test, trained
     with Adam long enough to learn them by heart (so that BLEU is well above 0, and a hypothesis
     scored against another sentence's reference, or the wrong reference file, shows); the work
@@ -171,7 +171,9 @@ def test_the_multi30k_recipe_on_sentencepiece_pieces_samples_and_scores_the_join
     import sentencepiece as spm
 
     env = {"CONFIG": "multi30k_spm_cpu", "SPM": "1", "SPM_VOCAB": "400"}
-    work, results, references = multi30k_by_heart(tmp_path, 64, **env)
+    work, results, references = multi30k_by_heart(
+        tmp_path, 128, "dataset.batch_size=4", epochs=35, **env  # 5 updates an epoch
+    )
     model = spm.SentencePieceProcessor(model_file=str(work / "data-bin" / "spm.de.model"))
     # the binarized test side is sentencepiece's own segmentation of the raw text, and joins back
     pieces = (work / "spm" / "test.de").read_text().rstrip("\n").split("\n")
