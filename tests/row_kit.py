@@ -148,8 +148,10 @@ def valid(epoch, loss, ppl):
     return ("valid", {"epoch": epoch, "valid_loss": str(loss), "valid_ppl": str(ppl)})
 
 
-def train(epoch, ppl, lr, updates):
+def train(epoch, ppl, lr, updates, seconds=None):
     rec = {"epoch": epoch, "train_ppl": str(ppl), "train_lr": str(lr)}
+    if seconds is not None:  # fairseq's epoch summary: train_wall, the epoch's training time
+        rec["train_train_wall"] = str(seconds)
     return ("train", dict(rec, train_num_updates=str(updates)))
 
 

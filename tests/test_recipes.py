@@ -171,8 +171,9 @@ def test_the_multi30k_recipe_on_sentencepiece_pieces_samples_and_scores_the_join
     import sentencepiece as spm
 
     env = {"CONFIG": "multi30k_spm_cpu", "SPM": "1", "SPM_VOCAB": "400"}
+    # 5 updates an epoch: by heart in 35 epochs
     work, results, references = multi30k_by_heart(
-        tmp_path, 128, "dataset.batch_size=4", epochs=35, **env  # 5 updates an epoch
+        tmp_path, 128, "dataset.batch_size=4", epochs=35, **env
     )
     model = spm.SentencePieceProcessor(model_file=str(work / "data-bin" / "spm.de.model"))
     # the binarized test side is sentencepiece's own segmentation of the raw text, and joins back

@@ -739,8 +739,16 @@ def test_each_rows_precision_is_on_the_page(sweep_of):
         "Precision: each row's column; bf16 rows trained under torch.autocast, fp32 weights and "
         "checkpoints; validation and evaluation in fp32 for every row." in shown.text
     )
+    assert "An epoch's training time" not in shown.text  # none recorded
+    fp32["training"]["epoch_seconds"], bf16["training"]["epoch_seconds"] = 600.0, 900.0
+    timed = sweep_of([fp32, bf16]).text
+    assert (
+        "An epoch's training time (fairseq's train_wall, the median over epochs): fp32 10 min, "
+        "bf16 15 min; bf16 / fp32 1.50." in timed
+    )
     alone = sweep_of([fp32])
     assert "Precision: fp32 (training and evaluation)." in alone.text
+    assert "An epoch's training time" not in alone.text
     assert "precision" not in alone.every[0]
 
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import torch
-from row_kit import CWD, HALVED, LOG, checkpoint, valid, write_row
+from row_kit import CWD, HALVED, LOG, checkpoint, train, valid, write_row
 
 from fairseq_noising.sweep import callback, evaluate, page, record
 from fairseq_noising.sweep.page import markdown, tables
@@ -39,6 +39,18 @@ def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_chec
     row = record.read(str(write_row(tmp_path / "kn2", log=LOG[:-2], saved=inside)))
     assert (row["training"]["halvings"], row["training"]["stop"]) == (2, None)
     assert row["training"]["resume_at"] == "update 43 inside epoch 5"
+
+
+def test_a_rows_epoch_time_is_the_median_of_fairseqs_per_epoch_training_times(tmp_path):
+    log = [valid(1, 5.0, 32.0), train(1, 60.0, 1, 10, seconds=300)]
+    log += [valid(2, 4.0, 16.0), train(2, 20.0, 1, 20, seconds=500)]
+    log += [valid(3, 3.9, 15.0), train(3, 18.0, 1, 30, seconds=420)]
+    row = record.read(str(write_row(tmp_path / "kn", log=log)))
+    assert row["training"]["epoch_seconds"] == 420  # of 300, 500, 420
+    row = record.read(str(write_row(tmp_path / "kn2", log=log[:4])))
+    assert row["training"]["epoch_seconds"] == 400  # of 300, 500: their mean
+    row = record.read(str(write_row(tmp_path / "none", log=LOG)))  # no train_wall logged
+    assert row["training"]["epoch_seconds"] is None
 
 
 def test_an_epoch_whose_summary_a_kill_lost_still_counts(tmp_path):

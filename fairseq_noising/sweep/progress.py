@@ -8,6 +8,7 @@ holds (:data:`AT_END`) are kept in ``row.json``'s ``at_end`` when the training r
 
 import dataclasses
 import os
+import statistics
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
@@ -138,7 +139,8 @@ def _runs(runs: List[Dict], ended: bool = False) -> Dict:
 
 def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
     """How far the row's training got: the epochs trained (and validated at their end); per
-    finished epoch fairseq's validation and training perplexities and learning rate; the last
+    finished epoch fairseq's validation and training perplexities and learning rate, and the
+    median of their training times (``epoch_seconds``: fairseq's ``train_wall``); the last
     validation; the position, the halvings, the learning rate now, why it stopped, its
     cumulative training time (fairseq's clock) and wall time, and the processes that trained
     it (``runs``; ``recorded``: False for a row without a progress file). Without a
@@ -159,6 +161,8 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
     last_valid = _num(series["valid"][-1], "ppl") if series["valid"] else None
     train_ppl = {str(e): _num(r, "ppl") for e, r in sorted(train.items())}
     train_lr = {str(e): _num(r, "lr") for e, r in sorted(train.items())}
+    walls = [_num(r, "train_wall") for e, r in train.items() if e in finished]
+    walls = [w for w in walls if w]  # fairseq's train_wall: an epoch's training time
     opt, ckpt = cfg.get("optimization") or {}, cfg.get("checkpoint") or {}
     halving = (cfg.get("lr_scheduler") or {}).get("_name") == "paper_halving"
     max_halvings = int(_scheduler(cfg)["halvings"]) if halving else None
@@ -203,6 +207,7 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
         "last_valid_ppl": last_valid,
         "train_ppl": train_ppl,
         "train_lr": train_lr,
+        "epoch_seconds": statistics.median(walls) if walls else None,
         "halvings": min(halvings, max_halvings) if halving else None,
         "max_halvings": max_halvings,
         "lr": lr,

@@ -5,6 +5,7 @@ import datetime
 import os
 import shlex
 import shutil
+import statistics
 from typing import Dict, List, Sequence
 
 from .. import events, progress, record
@@ -76,7 +77,25 @@ def precision_words(rows: List[Dict]) -> str:
         )
     return (
         f"Precision: each row's column; bf16 rows trained under {autocast}; validation and "
-        "evaluation in fp32 for every row."
+        "evaluation in fp32 for every row." + _epoch_times(rows)
+    )
+
+
+def _epoch_times(rows: List[Dict]) -> str:
+    """fp32 and bf16 rows: each precision's epoch time (the median of its rows' medians of
+    fairseq's ``train_wall`` over their finished epochs) and bf16's over fp32's."""
+    seconds: Dict[str, List[float]] = {}
+    for r in rows:
+        if (r.get("training") or {}).get("epoch_seconds"):
+            seconds.setdefault(r.get("precision", "fp32"), []).append(
+                r["training"]["epoch_seconds"]
+            )
+    if sorted(seconds) != ["bf16", "fp32"]:
+        return ""
+    fp32, bf16 = (statistics.median(seconds[p]) for p in ("fp32", "bf16"))
+    return (
+        f" An epoch's training time (fairseq's train_wall, the median over epochs): fp32 "
+        f"{duration(fp32)}, bf16 {duration(bf16)}; bf16 / fp32 {bf16 / fp32:.2f}."
     )
 
 
