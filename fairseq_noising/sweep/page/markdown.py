@@ -189,9 +189,8 @@ def seeds_table(groups, lm: bool) -> List[str]:
         else:
             diff = test[0] - base[0]
             known = [s for s in (test[1], base[1]) if s is not None]
-            beyond = "yes" if known and abs(diff) > max(known) else "no"
-            beyond += " (one seed)" if test[1] is None else ""
-            beyond += " (none: one seed)" if test[1] is not None and base[1] is None else ""
+            single = " (one seed)" if test[1] is None else " (none: one seed)" * (base[1] is None)
+            beyond = ("yes" if known and abs(diff) > max(known) else "no") + single
             cells += [f"{diff:+.2f}", fmt(base[1]), beyond if known else NONE]
         lines.append(cells)
     return [
