@@ -15,12 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # pytest-xdist's workers share the cores: one thread each, in them and in what they start
-    # (torch's default, a thread per core in every process, oversubscribes the cores: a training
-    # with data-loading workers then took 7 times as long)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("MKL_NUM_THREADS", "1")
+# one thread a process, in pytest and in what it starts: xdist's workers and the trainings they
+# start share the cores, and so does whatever else runs on the machine (torch's default, a thread
+# per core in every process, oversubscribes them: a training with data-loading workers took 7
+# times as long, and an in-process bf16 training in a plain `pytest` beside two training rows 20
+# times, its threads spinning while they waited for each other)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import data_cache  # noqa: E402
 import pytest  # noqa: E402
