@@ -386,26 +386,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
 
 
-# modules whose module-scoped fixtures are costly (a wheelhouse, trained models): built once
-ONE_WORKER_MODULES = {
-    "test_offline_install",
-    "test_cli_end_to_end",
-    "test_checkpoint_safety",
-    "test_analyze",
-    "test_preview",
-    "test_stateful_eval",
-    "test_subword_training",
-    "test_translation_noising",
-}
-
-
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the marks to group by
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's ``--dist loadgroup`` (the README's test command), the tests that use
-    the one-node SLURM cluster run in one worker (one cluster), and so do the tests of each
-    module in ONE_WORKER_MODULES."""
+    the one-node SLURM cluster run in one worker (one cluster). A module whose fixtures are
+    costly says so itself: ``pytestmark = pytest.mark.xdist_group(...)`` (tests/test_xdist_groups.py)."""
     for item in items:
-        module = item.module.__name__.rpartition(".")[2]
         if "slurm_cluster" in item.fixturenames:
             item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif module in ONE_WORKER_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))

@@ -32,6 +32,9 @@ from fairseq_noising.analysis import divergence, logs, ngrams, plots, pseudocoun
 from fairseq_noising.cli import analyze
 from fairseq_noising.errors import NoisingError
 
+# one pytest-xdist worker: the module's fixtures (trained checkpoints) are built once
+pytestmark = pytest.mark.xdist_group("analyze")
+
 BLOCK = TOKENS_PER_SAMPLE  # the tiny model's --tokens-per-sample
 
 

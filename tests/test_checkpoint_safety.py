@@ -21,6 +21,9 @@ from fairseq_noising.checkpoint_safety import allow_fairseq_checkpoints
 
 allow_fairseq_checkpoints()  # in this process, as importing a fairseq-side sub-package does
 
+# one pytest-xdist worker: the module's fixtures (trained checkpoints) are built once
+pytestmark = pytest.mark.xdist_group("checkpoint_safety")
+
 # tiny models: one intra-op thread (CLI_ENV) runs them faster than several threads contending
 # for a few cores
 
@@ -217,6 +220,7 @@ _SUB_PACKAGE = r"""
 import argparse, importlib, io, pickle, sys
 import numpy as np
 import torch
+
 buf = io.BytesIO()
 # what fairseq writes besides tensors: an argparse config, numpy arrays and scalars of the meters
 torch.save({"args": argparse.Namespace(arch="lstm_lm"), "metrics": [np.arange(3), np.float64(0.5)]}, buf)

@@ -28,7 +28,9 @@ from score_kit import block_perplexity, generate_bleu, load_checkpoint, printed_
 from fairseq_noising.schemes import SCHEMES  # every registered scheme
 from fairseq_noising.stats_cache import cache_path
 
-pytestmark = pytest.mark.slow  # fairseq-train, fairseq-eval-lm and fairseq-generate on real data
+# slow: fairseq-train, fairseq-eval-lm and fairseq-generate on real data; one pytest-xdist
+# worker: every scheme's checkpoints (module fixtures) are trained once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli_end_to_end")]
 
 
 # what the commands of this file add to conftest's COMMON: batches of 20 rows; to train, 4 Adam

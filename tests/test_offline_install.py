@@ -36,7 +36,8 @@ from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-pytestmark = pytest.mark.slow  # builds a wheelhouse and a virtual environment
+# slow: builds a wheelhouse and virtual environments; one pytest-xdist worker: they are built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("offline_install")]
 
 SETUP = REPO / "recipes" / "setup.sh"
 PYVER = "%d.%d" % sys.version_info[:2]
@@ -370,10 +371,12 @@ LACKING = {"fairseq-noising", "ve-fairseq", "hydra-core", "omegaconf"}
 
 
 @pytest.fixture(scope="module")
-def image(fresh_venv, tmp_path_factory):
+def image(wheelhouse, fresh_venv, tmp_path_factory):
     """A machine image's environment (the fresh one) that lacks four of the plugin's packages,
     its python3 first on PATH; the rest listed with ``pip list --format=freeze``, and a
-    wheelhouse built ``--target-has`` that list."""
+    wheelhouse built ``--target-has`` that list. Built from the first wheelhouse as pip's only
+    source (the index's versions, as that build chose them, without asking the index again),
+    the plugin's wheel with the running environment's setuptools."""
     venv, root = fresh_venv[0], tmp_path_factory.mktemp("image")
     env = offline_env(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
     del env["PYTHON"]  # setup.sh runs the image's python3 too
@@ -381,8 +384,11 @@ def image(fresh_venv, tmp_path_factory):
     pip_in(python3, "uninstall", "-q", "-y", *LACKING, env=env)
     freeze = pip_in(python3, "list", "--format=freeze", env=env).stdout
     (root / "target.txt").write_text(freeze)
-    online = dict(os.environ, PYTHON=sys.executable)
-    setup_sh("--build-wheelhouse", root / "house", "--target-has", root / "target.txt", env=online)
+    local = dict(
+        os.environ, PYTHON=sys.executable, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse)
+    )
+    local["PIP_NO_BUILD_ISOLATION"] = "0"  # pip reads it inverted: --no-build-isolation
+    setup_sh("--build-wheelhouse", root / "house", "--target-has", root / "target.txt", env=local)
     return SimpleNamespace(python3=python3, env=env, freeze=freeze, house=root / "house")
 
 

@@ -22,6 +22,9 @@ from fairseq_noising.cli.preview import collect, report
 from fairseq_noising.errors import NoisingError
 from fairseq_noising.noiser import NoisedTokens
 
+# one pytest-xdist worker: the module's fixtures (binarized data and statistics) are built once
+pytestmark = pytest.mark.xdist_group("preview")
+
 LM_KEYS = {"id", "input", "input_noised", "target", "target_noised"}
 MT_KEYS = {
     "id",

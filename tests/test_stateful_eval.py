@@ -30,6 +30,9 @@ from fairseq.data import Dictionary, data_utils
 
 from fairseq_noising.data.stateful_bptt_dataset import StatefulBPTTDataset
 
+# one pytest-xdist worker: the module's fixtures (trained checkpoints) are built once
+pytestmark = pytest.mark.xdist_group("stateful_eval")
+
 LINES = PTB_SLICES["tiny"]
 
 

@@ -25,7 +25,8 @@ from conftest import (
 )
 from fairseq.data import data_utils
 
-pytestmark = pytest.mark.slow  # real data, fairseq-train runs
+# slow: real data, fairseq-train runs; one pytest-xdist worker: the module's fixtures are built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subword_training")]
 
 SAMPLING = ["--subword-sampling-alpha", "0.2"]
 
@@ -215,17 +216,20 @@ def unsampled(multi30k_spm_bin, tmp_path_factory):
     return train(multi30k_spm_bin, folder, "--num-workers", 0, "--max-epoch", 2)
 
 
-@pytest.mark.parametrize("nbest", [-1, 8])
+# each of sentencepiece's two ways of sampling (the whole lattice, -1, and among the 8 best) is
+# trained again once: in data-loading workers, or stopped after epoch 1 and resumed
+@pytest.mark.parametrize("nbest,again", [(-1, "workers"), (8, "resumed")])
 def test_workers_and_resume_train_the_same_model_with_sampling(
-    multi30k_spm_bin, unsampled, tmp_path, nbest
+    multi30k_spm_bin, unsampled, tmp_path, nbest, again
 ):
     data, sampling = multi30k_spm_bin, [*SAMPLING, "--subword-sampling-nbest", nbest]
     reference = train(data, tmp_path / "w0", *sampling, "--num-workers", 0, "--max-epoch", 2)
-    workers = train(data, tmp_path / "w2", *sampling, "--num-workers", 2, "--max-epoch", 2)
-    assert same_model(reference, workers)
-    train(data, tmp_path / "resumed", *sampling, "--num-workers", 0, "--max-epoch", 1)
-    resumed = train(data, tmp_path / "resumed", *sampling, "--num-workers", 0, "--max-epoch", 2)
-    assert same_model(reference, resumed)
+    if again == "workers":
+        other = train(data, tmp_path / "w2", *sampling, "--num-workers", 2, "--max-epoch", 2)
+    else:
+        train(data, tmp_path / "resumed", *sampling, "--num-workers", 0, "--max-epoch", 1)
+        other = train(data, tmp_path / "resumed", *sampling, "--num-workers", 0, "--max-epoch", 2)
+    assert same_model(reference, other)
     # and the sampling matters: without it the same run trains another model
     assert not same_model(reference, unsampled)
 

@@ -12,6 +12,7 @@ the test perplexity computed from the checkpoint (tests/score_kit.py).
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -334,15 +335,28 @@ def md_rows(text, first_cell):
 
 FAILED = "fairseq-noising: error: --stateful-bptt: num_rows and block_size must be positive"
 
+# the tests that read the one sweep of three rows below run in one pytest-xdist worker
+THREE_ROWS = pytest.mark.xdist_group("three_rows")
 
-@pytest.mark.slow
-def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_other(
-    ptb_tiny_bin, tmp_path
-):
-    sweep_dir = tmp_path / "sweep"
-    # the third row's values pass the checks before training; its blocks of 0 tokens fail it
+
+@pytest.fixture(scope="module")
+def three_rows(ptb_tiny_bin, tmp_path_factory):
+    """A user's sweep of three rows on the tiny slice, two epochs each, on the tables' launcher
+    (rows side by side): none and kn train through; blank's values pass the checks before
+    training, but its blocks of 0 tokens fail it (only the data's loading refuses them). The
+    sweep folder and the finished process; read, never changed, by the tests."""
+    sweep_dir = tmp_path_factory.mktemp("three_rows") / "sweep"
     rows = "task={noise_scheme:none,noise_gamma:0},{noise_scheme:kn,noise_gamma:0.2},{noise_scheme:blank,noise_gamma:0.2,tokens_per_sample:0}"
     proc = run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, rows), check=False)
+    return sweep_dir, proc
+
+
+@pytest.mark.slow
+@THREE_ROWS
+def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_other(
+    three_rows, ptb_tiny_bin, tmp_path
+):
+    sweep_dir, proc = three_rows
     assert proc.returncode != 0  # the sweep says a row failed, in one line, no traceback
     failed = record_of(sweep_dir / "blank-g0.2-s1")
     assert failed["status"] == "failed"
@@ -370,8 +384,10 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
         assert every and every[0][2] == f"{rec['evaluation']['valid_ppl']:.2f}"
         assert "capped by --max-epoch" in every[0][-1]
         # the checkpoint's facts outlive it: the record kept them when the training returned
-        (run_dir / "checkpoint_last.pt").unlink()
-        gone = record_of(run_dir)["training"]
+        # (the row copied without it: the sweep's folder stays as it is for the other tests)
+        copy = tmp_path / name
+        shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("checkpoint_last.pt"))
+        gone = record_of(copy)["training"]
         assert gone["training_seconds"] == rec["training"]["training_seconds"] > 0
         assert gone["resume_at"] == rec["training"]["resume_at"] == "the end of epoch 2"
     label = md_rows(page, "bigram Kneser-Ney")[0]
@@ -387,6 +403,42 @@ def test_a_sweep_records_evaluates_and_pages_its_rows_and_a_failed_row_stops_no_
         assert (kept / ".hydra" / "config.yaml").read_text() == (
             sweep_dir / name / ".hydra" / "config.yaml"
         ).read_text()
+
+
+@pytest.mark.slow
+@THREE_ROWS
+def test_a_failed_rows_sweep_names_each_row_on_the_console_and_its_page_commands_run(three_rows):
+    """The three-row sweep, as its user sees it: the bad row fails with one line naming what
+    was wrong, no traceback, every console line of training names its row; the page's commands
+    run as written from the folder the sweep ran in (the repository root) and give the page's
+    figures."""
+    sweep_dir, done = three_rows
+    console = done.stdout + done.stderr
+    assert f"row blank-g0.2-s1: failed: {FAILED}" in console
+    assert "Traceback" not in console
+    progress = [line for line in done.stdout.splitlines() if "][train_inner][" in line]
+    named = [re.search(r"\]\[([^]]+)\]\[train_inner\]\[", line) for line in progress]
+    assert {m[1] if m else None for m in named} == {"none-g0-s1", "kn-g0.2-s1"}
+    text = (sweep_dir / "results.md").read_text()
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert f"FAILED ({FAILED})" in rows["blank-g0.2-s1"]
+    assert "capped by --max-epoch, after epoch 2" in rows["none-g0-s1"]
+    commands = [line[4:] for line in text.splitlines() if line.startswith("    ")]
+    assert all(not word.startswith("/") for c in commands for word in shlex.split(c))
+    # the evaluation commands of none's row, run as written from the repository root, print
+    # the figures
+    evaluation = record_of(sweep_dir / "none-g0-s1")["evaluation"]
+    evaluations = [c for c in commands if c.startswith("fairseq-eval-lm") and "none-g0-s1" in c]
+    assert len(evaluations) == 2
+    for split, command in zip(("valid", "test"), evaluations):
+        words = shlex.split(command)
+        out = subprocess.run(
+            [cli(words[0]), *words[1:]], cwd=REPO, env=CLI_ENV, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+        printed = float(out.stderr.rsplit("Perplexity: ", 1)[1].split()[0])
+        assert printed == pytest.approx(evaluation[f"{split}_ppl"], abs=0.006)
+    assert f"| none | 0 | {evaluation['valid_ppl']:.2f}† | {evaluation['test_ppl']:.2f}† |" in text
 
 
 @pytest.mark.slow
@@ -475,17 +527,20 @@ def test_a_command_for_an_ended_row_changes_nothing_of_it(ptb_tiny_bin, tmp_path
 
 
 @pytest.mark.slow
-def test_a_simple_log_records_the_same_facts_as_a_json_log(ptb_tiny_bin, tmp_path):
+@THREE_ROWS
+def test_a_simple_log_records_the_same_facts_as_a_json_log(three_rows, ptb_tiny_bin, tmp_path):
     """The record reads the progress file, which fairseq's progress bars fill whatever the log
-    format: a row logged in fairseq's simple format records what the same row logged in json
-    records."""
-    facts = {}
-    for fmt in ("json", "simple"):
-        sweep_dir = tmp_path / fmt
-        argv = sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, "task={noise_scheme:kn,noise_gamma:0.2}",
-                          f"common.log_format={fmt}", "hydra/launcher=basic")  # fmt: skip
-        run_sweep(argv)
-        t = record_of(sweep_dir / "kn-g0.2-s1")["training"]
+    format: a row logged in fairseq's simple format (alone, on the basic launcher) records what
+    the same row logged in json (the tables' format, the three-row sweep's kn row) records."""
+    facts, json_dir = {}, three_rows[0] / "kn-g0.2-s1"
+    simple_dir = tmp_path / "simple" / "kn-g0.2-s1"
+    argv = sweep_argv("ptb_small", ptb_tiny_bin, simple_dir.parent, "task={noise_scheme:kn,noise_gamma:0.2}",
+                      "common.log_format=simple", "hydra/launcher=basic")  # fmt: skip
+    run_sweep(argv)
+    for fmt, run_dir in (("json", json_dir), ("simple", simple_dir)):
+        log = (run_dir / "hydra_train.log").read_text()
+        assert ('"valid_ppl": ' in log) == (fmt == "json"), log[-2000:]  # the format it logged in
+        t = record_of(run_dir)["training"]
         assert t["recorded"] is True and t["epochs"] == 2
         facts[fmt] = {k: t[k] for k in ("valid_ppl", "train_ppl", "train_lr", "halvings", "stop")}
     assert facts["simple"] == facts["json"]
@@ -561,7 +616,10 @@ def test_bad_row_values_stop_the_sweep_with_one_line_each_before_any_row(ptb_tin
 def test_a_bf16_row_has_its_own_folder_record_and_line_beside_the_fp32_row(ptb_tiny_bin, tmp_path):
     sweep_dir = tmp_path / "sweep"
     rows = ["task={noise_scheme:none,noise_gamma:0}", "task.precision=fp32,bf16"]
-    run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, *rows, "optimization.max_epoch=1"))
+    # one after the other in one process (the basic launcher): the second row's precision is
+    # its own, not the first's
+    one = ["optimization.max_epoch=1", "hydra/launcher=basic"]
+    run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, *rows, *one))
     fp32, bf16 = record_of(sweep_dir / "none-g0-s1"), record_of(sweep_dir / "none-g0-s1-bf16")
     assert (fp32["precision"], fp32["key"]) == ("fp32", "none")
     assert (bf16["precision"], bf16["key"]) == ("bf16", "none@bf16")

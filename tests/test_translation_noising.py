@@ -53,7 +53,9 @@ from oracle import Oracle, by_id
 from fairseq_noising.schemes import REGISTRY
 from fairseq_noising.tasks.noised_translation import SOURCE_SIDE, TARGET_SIDE
 
-pytestmark = pytest.mark.slow  # tasks over binarized Multi30k and hand corpora
+# slow: tasks over binarized Multi30k and hand corpora; one pytest-xdist worker: the module's
+# fixtures are built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("translation_noising")]
 
 SOURCE = ["x a b", "x b a", "x c <unk>", "a b", "a b", "c <unk>"]
 TARGET = ["x x x y", "y x x x y", "<unk> x y", "y <unk>", "y <unk>", "z"]
