@@ -9,7 +9,7 @@ import argparse
 import numpy as np
 import torch
 
-__all__ = ["allow_fairseq_checkpoints"]
+__all__ = ["allow_fairseq_checkpoints", "read_checkpoint"]
 
 _REGISTERED = None
 
@@ -76,3 +76,10 @@ def allow_fairseq_checkpoints():
     add_safe_globals(entries)
     _REGISTERED = entries
     return list(entries)
+
+
+def read_checkpoint(path: str) -> dict:
+    """The fairseq checkpoint at ``path``, read with torch's safe loader, its tensors
+    memory-mapped (only those used are read from disk); torch's error where it cannot be."""
+    allow_fairseq_checkpoints()
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from fairseq_noising import fairseq_compat
+from fairseq_noising import checkpoint_safety, fairseq_compat
 from fairseq_noising.optim import halving_rule as rule
 
 logger = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ def _read(scheduler, files, epoch) -> dict:
     undecided; ``best``: the best validation whose parameters are read from checkpoint_best.pt
     (``files[1]``, ``path``; None: none), with ``tensors`` or ``error``."""
     (path, best_path), updates = files, scheduler.num_updates
-    loaded, problem = read_checkpoint(path)
+    loaded, problem = _load(path)
     position = fairseq_compat.checkpoint_position(loaded or {})
     if loaded is not None and position["updates"] != updates:
         problem = f"holds {position['where']}, not epoch {epoch} at {updates} updates"
@@ -194,13 +194,12 @@ def _best_to_read_back(scheduler, pending):
     return None if best is None or best is ahead else best
 
 
-def read_checkpoint(path):
-    """(the fairseq checkpoint at ``path``, None), or (None, why it cannot be read). Torch's safe
-    loader, the tensors memory-mapped: only those used are read from disk."""
+def _load(path):
+    """(the fairseq checkpoint at ``path``, None), or (None, why it cannot be read)."""
     if not os.path.isfile(path):
         return None, "is missing"
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True), None
+        return checkpoint_safety.read_checkpoint(path), None
     except Exception as e:  # a truncated or foreign file: zip, pickle or torch errors
         return None, f"cannot be read ({(str(e).strip().splitlines() or [type(e).__name__])[0]})"
 
@@ -210,7 +209,7 @@ def read_best_checkpoint(path, optimizer, loaded, best) -> dict:
     (new CPU tensors), if it was saved at the validation ``best`` (its updates and value); or
     ``{"error"}`` saying why not. ``loaded`` is the checkpoint being loaded: a parameter's value
     there says which of the file's tensors is its (:func:`.fairseq_compat.optimizer_values`)."""
-    state, problem = read_checkpoint(path)
+    state, problem = _load(path)
     if state is not None:
         saved = fairseq_compat.checkpoint_position(state)
         if (saved["updates"], saved["loss"]) != (best["updates"], best["loss"]):

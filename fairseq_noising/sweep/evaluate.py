@@ -162,14 +162,10 @@ def chosen_by(checkpoint: str) -> Dict:
     """The validation after which fairseq saved ``checkpoint``: ``{"epoch", "updates",
     "inside", "loss", "where"}`` (``inside``: a save inside an epoch, which the paper's
     protocol never picks)."""
-    import torch
-
     from .. import fairseq_compat
-    from ..checkpoint_safety import allow_fairseq_checkpoints
+    from ..checkpoint_safety import read_checkpoint
 
-    allow_fairseq_checkpoints()
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
-    return fairseq_compat.checkpoint_position(state)
+    return fairseq_compat.checkpoint_position(read_checkpoint(checkpoint))
 
 
 def evaluate_row(run_dir: str) -> Dict:

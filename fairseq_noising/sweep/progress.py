@@ -31,14 +31,11 @@ def checkpoint(run_dir: str) -> Optional[Dict]:
     path = os.path.join(run_dir, CHECKPOINT)
     if not os.path.isfile(path):
         return None
-    import torch
-
     from .. import fairseq_compat
-    from ..checkpoint_safety import allow_fairseq_checkpoints
+    from ..checkpoint_safety import read_checkpoint
 
-    allow_fairseq_checkpoints()
     try:  # mmap: the tensors are not read
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = read_checkpoint(path)
     except Exception:  # being written, or damaged: the json log still tells
         return None
     history = (state.get("optimizer_history") or [{}])[-1]
