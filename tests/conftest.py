@@ -390,7 +390,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's ``--dist loadgroup`` (the README's test command), the tests that use
     the one-node SLURM cluster run in one worker (one cluster). A module whose fixtures are
-    costly says so itself: ``pytestmark = pytest.mark.xdist_group(...)`` (tests/test_xdist_groups.py)."""
+    costly says so itself, ``pytestmark = pytest.mark.xdist_group(...)``
+    (tests/test_xdist_groups.py)."""
     for item in items:
         if "slurm_cluster" in item.fixturenames:
             item.add_marker(pytest.mark.xdist_group("slurm"))
