@@ -136,12 +136,14 @@ def ended_lm(key, gamma, valid, test, fairseq_valid, seed=1):
     return make_row(key, gamma, evaluation=evaluation, seed=seed, **curves)
 
 
-def ended_mt(key, gamma, valid, bleu, tok_bleu=None):
+def ended_mt(key, gamma, valid, bleu, tok_bleu=None, seed=1):
     evaluation = {"commands": ["fairseq-validate data-bin/m30k"], "chosen": AT_6}
     evaluation.update(valid_ppl=valid, bleu={"score": bleu, "signature": SIG.format("13a")})
     if tok_bleu is not None:  # only with a tokenized reference
         evaluation["tok_bleu"] = {"score": tok_bleu, "signature": SIG.format("none")}
-    return make_row(key, gamma, evaluation=evaluation, translation=True, valid_ppl={"6": 9.0})
+    return make_row(
+        key, gamma, evaluation=evaluation, translation=True, seed=seed, valid_ppl={"6": 9.0}
+    )
 
 
 @pytest.fixture
@@ -788,3 +790,68 @@ def test_a_row_whose_halvings_began_on_a_plateau_is_marked(sweep_of):
     for r in rows:
         r["table"] = MULTI30K
     assert "plateau" not in sweep_of(rows, sentences=29000).text
+
+
+def _plateau_sweep(through):
+    """kn seeds 1 and 2 halved on the plateau (first halving at 57 and 61); seeds 3 and 4 trained
+    past it (``through``: ended and evaluated, else still training); none seeds 1 and 2."""
+
+    def halved_at(row, valid):
+        row["training"].update(
+            valid_ppl={"5": valid, "6": valid * 0.9}, train_ppl={"5": 70.0, "6": 60.0},
+            train_lr={"1": 1.0, "5": 1.0, "6": 0.5},
+        )  # fmt: skip
+        return row
+
+    rows = [halved_at(ended_mt("kn", 0.2, 40.0, 2.7, seed=1), 57.0)]
+    rows.append(halved_at(ended_mt("kn", 0.2, 42.0, 2.5, seed=2), 61.0))
+    for seed, valid, bleu in ((3, 6.5, 36.0), (4, 6.7, 35.0)):
+        row = ended_mt("kn", 0.2, valid, bleu, seed=seed)
+        if not through:
+            row = make_row("kn", 0.2, "training", translation=True, seed=seed, stop=None)
+        rows.append(halved_at(row, 9.0))
+    for seed, valid, bleu in ((1, 7.0, 34.4), (2, 7.1, 34.5)):
+        rows.append(halved_at(ended_mt("none", 0, valid, bleu, seed=seed), 8.0))
+    for r in rows:
+        r["table"] = dict(MULTI30K, plateau_ppl=15)
+    return rows
+
+
+def test_rows_that_halved_on_a_plateau_are_left_out_of_the_means(sweep_of, drawn):
+    """The issue's protocol: a row whose halvings began on the plateau stays on the page, and its
+    scheme gets more seeds; the table's figures and the means over seeds are those of the rows
+    that trained past the plateau (oracle: the means by hand), the others named as left out."""
+    got = sweep_of(_plateau_sweep(through=True), sentences=29000)
+    # kn: seeds 3 and 4 only, (6.5 + 6.7) / 2 and (36 + 35) / 2, spread 1; none 34.45
+    assert cells(got.main, "bigram Kneser-Ney")[:6] == ["0.2", "6.60", "35.50", "—", "2", "1.00"]
+    over = md_tables(got.text)[1]
+    assert cells(over, "bigram Kneser-Ney") == [
+        "2", "6.60", "0.20", "35.50", "1.00", "+1.05", "0.10", "yes"
+    ]  # fmt: skip
+    assert (
+        "Left out of the figures above and of the means over seeds: kn-both-g0.2, "
+        "kn-both-g0.2-s2, whose halvings began on a plateau" in got.text
+    )
+    assert "Figures marked §" not in got.text
+    runs = drawn[-1][0]
+    assert sorted(runs) == [f"kn gamma_0 0.2 seed {s}" for s in (3, 4)] + [
+        f"none seed {s}" for s in (1, 2)
+    ]
+    # every row is still on the page, the plateau rows with their figures
+    assert cells(got.every, "kn-both-g0.2-s2")[2:4] == ["42.00", "2.50"]
+
+
+def test_a_scheme_with_only_plateau_rows_shows_them_marked(sweep_of):
+    """Before any row of the scheme trained past the plateau, its figures are the plateau rows',
+    marked §; nothing is said to be left out."""
+    got = sweep_of(_plateau_sweep(through=False), sentences=29000)
+    assert cells(got.main, "bigram Kneser-Ney")[:3] == ["0.2", "41.00§", "2.60§"]
+    assert cells(got.main, "none")[:3] == ["0", "7.05", "34.45"]
+    assert "Figures marked § come only from rows whose halvings began on a plateau" in got.text
+    assert "Left out of" not in got.text
+    # a table without plateau_ppl: every evaluated seed counts, unmarked
+    rows = _plateau_sweep(through=True)
+    for r in rows:
+        r["table"] = MULTI30K
+    plain = sweep_of(rows, sentences=29000)
+    assert cells(plain.main, "bigram Kneser-Ney")[:3] == ["0.2", "23.80", "19.05"]

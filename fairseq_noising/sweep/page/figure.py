@@ -1,13 +1,15 @@
 """Figure 1 of a results page: training and validation perplexity per epoch, none against kn."""
 
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ...analysis.logs import lowered_at
 from .markdown import picked_rows
 
 
-def figure_1(groups: Dict[str, List[Dict]], png: str, lm: bool) -> List[str]:
+def figure_1(
+    groups: Dict[str, List[Dict]], png: str, lm: bool, plateau: Optional[float] = None
+) -> List[str]:
     """none against kn, every seed of the gamma_0 the table chose (before any row of the key
     is evaluated: its row with the lowest validation so far), one pair of curves each."""
     runs, halved = {}, {}
@@ -15,7 +17,7 @@ def figure_1(groups: Dict[str, List[Dict]], png: str, lm: bool) -> List[str]:
         rows = [r for r in groups.get(key, []) if r["training"]["valid_ppl"]]
         if not rows:
             return []
-        picked = picked_rows(rows) or [
+        picked = picked_rows(rows, plateau) or [
             min(rows, key=lambda r: min(v for v in r["training"]["valid_ppl"].values() if v))
         ]
         for row in sorted(picked, key=lambda r: r.get("seed") or 0):

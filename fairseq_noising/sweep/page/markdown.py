@@ -10,6 +10,7 @@ from . import paper
 
 UNFINISHED = "†"  # a figure of a row short of the end of its protocol
 INSIDE = "‡"  # a figure of a model chosen by a validation inside an epoch
+PLATEAU = "§"  # a figure of rows whose halvings all began on a plateau (``plateau_ppl``)
 NONE = "—"
 ENDINGS = {
     "time": "stopped by the time budget",
@@ -72,19 +73,31 @@ def evaluated(row: Dict) -> bool:
     return row["status"] == "ended" and (row.get("evaluation") or {}).get("valid_ppl") is not None
 
 
-def picked_rows(rows: List[Dict]) -> List[Dict]:
+def picked_rows(rows: List[Dict], plateau: Optional[float] = None) -> List[Dict]:
     """The rows (one per seed) of a key's gamma_0 with the lowest mean evaluated validation
-    perplexity (the first gamma_0 of equals)."""
+    perplexity (the first gamma_0 of equals). With the table's ``plateau_ppl``, rows whose
+    halvings began on a plateau count only where no evaluated row of the key trained past one."""
     by_gamma: Dict[float, List[Dict]] = {}
-    for r in rows:
-        if evaluated(r):
-            by_gamma.setdefault(r["gamma"], []).append(r)
+    done = [r for r in rows if evaluated(r)]
+    past = [r for r in done if not on_plateau(r, plateau)]
+    for r in past or done:
+        by_gamma.setdefault(r["gamma"], []).append(r)
     if not by_gamma:
         return []
     best = min(
         sorted(by_gamma), key=lambda g: mean(r["evaluation"]["valid_ppl"] for r in by_gamma[g])
     )
     return by_gamma[best]
+
+
+def left_out(groups: Dict[str, List[Dict]], plateau: Optional[float]) -> List[str]:
+    """The evaluated rows that :func:`picked_rows` leaves out for their plateau, by name."""
+    return sorted(
+        r["name"]
+        for group in groups.values()
+        for r in group
+        if evaluated(r) and on_plateau(r, plateau) and r not in picked_rows(group, plateau)
+    )
 
 
 def model_cell(row: Dict) -> str:
@@ -109,10 +122,11 @@ def runs_cell(row: Dict) -> str:
     return f"{runs['count']} ({', '.join(notes)})" if notes else str(runs["count"])
 
 
-def marks(rows: List[Dict]) -> str:
+def marks(rows: List[Dict], plateau: Optional[float] = None) -> str:
     finished = all(record.ending(r) == "protocol" for r in rows)
     inside = any(((r.get("evaluation") or {}).get("chosen") or {}).get("inside") for r in rows)
-    return ("" if finished else UNFINISHED) + (INSIDE if inside else "")
+    stuck = all(on_plateau(r, plateau) for r in rows)
+    return ("" if finished else UNFINISHED) + (INSIDE if inside else "") + PLATEAU * stuck
 
 
 def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> List[str]:
@@ -123,10 +137,10 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
     for key, group in sorted(groups.items(), key=lambda item: paper.row_order(item[0])):
         if all(r["status"] in ("failed", "unreadable") for r in group):
             continue  # said in the table of every row
-        picked = picked_rows(group)
+        picked = picked_rows(group, table.get("plateau_ppl"))
         figures = [NONE] * (3 if lm else 4)
         if picked:
-            mark = marks(picked)
+            mark = marks(picked, table.get("plateau_ppl"))
             cols = list(zip(*(scores(r, lm) for r in picked)))
             means = [mean(c) if all(v is not None for v in c) else None for c in cols]
             figures = [f"{picked[0]['gamma']:g}"] + [fmt(v) + mark * (v is not None) for v in means]
@@ -159,15 +173,36 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
             "`<unk>` in the test output (tokens in sentences), scored as they are (sacrebleu's "
             "13a makes three tokens of each): " + "; ".join(unks) + ".",
         ]
+    return lines + plateau_lines(groups, main, table.get("plateau_ppl"))
+
+
+def plateau_lines(groups, main: List[List[object]], plateau: Optional[float]) -> List[str]:
+    """What the table's figures leave out for a plateau (:func:`picked_rows`), and what § means."""
+    lines: List[str] = []
+    if not plateau:
+        return lines
+    out = left_out(groups, plateau)
+    why = (
+        f"whose halvings began on a plateau (validation perplexity above {plateau:g} at the first "
+        "halving: the model had not begun to use its source)"
+    )
+    if out:
+        lines += [
+            "",
+            f"Left out of the figures above and of the means over seeds: {', '.join(out)}, {why}; "
+            "their figures are in the table of every row.",
+        ]
+    if any(PLATEAU in str(c) for cells in main for c in cells):
+        lines += ["", f"Figures marked {PLATEAU} come only from rows {why}."]
     return lines
 
 
-def seeds_table(groups, lm: bool) -> List[str]:
+def seeds_table(groups, lm: bool, plateau: Optional[float] = None) -> List[str]:
     """For a table with seeds: per row key, the chosen gamma_0's seeds, each figure's mean and
     spread (max - min; none for one seed), and the difference to none against both spreads."""
     stats = {}
     for key, group in groups.items():
-        picked = picked_rows(group)
+        picked = picked_rows(group, plateau)
         if picked:
             cols = list(zip(*(scores(r, lm)[:2] for r in picked)))
             spread = (lambda c: max(c) - min(c)) if len(picked) > 1 else (lambda c: None)
@@ -233,14 +268,18 @@ def first_halving(row: Dict) -> Optional[tuple]:
     return epoch, (t.get("valid_ppl") or {}).get(str(epoch))
 
 
-def plateau_words(row: Dict, plateau: Optional[float]) -> str:
-    """``; halvings began on a plateau ...`` for a row whose rate first halved while its
-    validation perplexity was above the table's ``plateau_ppl`` (a translation model that had not
-    begun to use its source yet); nothing otherwise."""
+def on_plateau(row: Dict, plateau: Optional[float]) -> bool:
+    """Whether the row's rate first halved while its validation perplexity was above the table's
+    ``plateau_ppl`` (a translation model that had not begun to use its source yet)."""
     halving = first_halving(row) if plateau else None
-    if not halving or halving[1] is None or halving[1] <= plateau:
+    return bool(halving) and halving[1] is not None and halving[1] > plateau
+
+
+def plateau_words(row: Dict, plateau: Optional[float]) -> str:
+    """``; halvings began on a plateau ...`` for a row :func:`on_plateau`; nothing otherwise."""
+    if not on_plateau(row, plateau):
         return ""
-    epoch, valid = halving
+    epoch, valid = first_halving(row)
     return (
         f"; halvings began on a plateau: valid {fmt(valid)} after epoch {epoch}, above {plateau:g}"
     )

@@ -259,7 +259,7 @@ def render(
             "",
         ]
     lines += main_table(groups, table, show_paper, lm, seeds) + [""]
-    over_seeds = seeds_table(groups, lm) if seeds else []
+    over_seeds = seeds_table(groups, lm, table.get("plateau_ppl")) if seeds else []
     lines += over_seeds + [""] * bool(over_seeds)
     lines += every_table(rows, lm, seeds, table.get("plateau_ppl")) + [""]
     lines += stops(good)
@@ -268,7 +268,7 @@ def render(
         f"Each row's record, progress, evaluation output and training log: [`{link}/`]({link}/).",
         "",
     ]
-    lines += figure_1(groups, stem + "-curves.png", lm)
+    lines += figure_1(groups, stem + "-curves.png", lm, table.get("plateau_ppl"))
     text = "\n".join(lines + _commands(good, command, path_as, lm))
     part = f"{out}.{os.getpid()}.part"
     with open(part, "w", encoding="utf-8") as f:
