@@ -41,6 +41,23 @@ def test_the_halvings_and_the_protocols_end_come_from_the_scheduler_and_the_chec
     assert row["training"]["resume_at"] == "update 43 inside epoch 5"
 
 
+def test_between_epochs_a_row_is_at_the_rate_its_next_epoch_trains_at(tmp_path):
+    # epochs 1 to 3 trained at lr 1; epoch 3's validation (4.5, worse than 4.0) halves the rate
+    # (by hand, the plateau rule): saved at the end of epoch 3, the row is at lr 0.5, 1 halving
+    log = [valid(1, 5.0, 32.0), train(1, 60.0, 1, 10), valid(2, 4.0, 16.0), train(2, 20.0, 1, 20)]
+    log += [valid(3, 4.5, 22.6), train(3, 18.0, 1, 30)]
+    saved = checkpoint(HALVED[:2], epoch=4, val_loss=4.5, updates=30)
+    row = record.read(str(write_row(tmp_path / "kn", log=log, saved=saved)))
+    t = row["training"]
+    assert (t["halvings"], t["lr"], t["train_lr"]["3"]) == (1, 0.5, 1.0)
+    assert record.position_words(row) == "after epoch 3, lr 0.5, 1 of 2 halvings"
+    # one that improves leaves the rate as it was
+    saved = checkpoint(HALVED[:2], epoch=4, val_loss=3.9, updates=30)
+    log[-2] = valid(3, 3.9, 15.0)
+    row = record.read(str(write_row(tmp_path / "kn2", log=log, saved=saved)))
+    assert record.position_words(row) == "after epoch 3, lr 1, 0 of 2 halvings"
+
+
 def test_a_rows_epoch_time_is_the_median_of_fairseqs_per_epoch_training_times(tmp_path):
     log = [valid(1, 5.0, 32.0), train(1, 60.0, 1, 10, seconds=300)]
     log += [valid(2, 4.0, 16.0), train(2, 20.0, 1, 20, seconds=500)]

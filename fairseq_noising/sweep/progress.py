@@ -56,9 +56,10 @@ def _scheduler(cfg: Dict) -> Dict:
 
 
 def halving_progress(cfg: Dict, saved: Optional[Dict]):
-    """``(halvings, ended)`` of a paper_halving row from its checkpoint: the scheduler's
+    """``(halvings, ended, lr)`` of a paper_halving row from its checkpoint: the scheduler's
     validations replayed, with the end-of-epoch validation that fairseq saved before handing
-    it to the scheduler (the scheduler replays it the same way when it resumes)."""
+    it to the scheduler (the scheduler replays it the same way when it resumes); ``lr``: the
+    rate they leave for the next epoch."""
     from ..optim import halving_rule
 
     sched = _scheduler(cfg)
@@ -75,7 +76,7 @@ def halving_progress(cfg: Dict, saved: Optional[Dict]):
         if not any(not v["inside"] and v["epoch"] >= saved["epoch"] for v in validations):
             validations.append(dict(epoch=saved["epoch"], loss=saved["loss"], inside=False))
     p = halving_rule.replay(validations, rule_cfg)
-    return p.halvings, p.halvings > rule_cfg.halvings
+    return p.halvings, p.halvings > rule_cfg.halvings, halving_rule.rate(rule_cfg, p.halvings)
 
 
 def _patience_ran_out(values: List[float], patience: int, maximize: bool) -> bool:
@@ -163,11 +164,13 @@ def training(run_dir: str, cfg: Dict, at_end: Optional[Dict] = None) -> Dict:
     opt, ckpt = cfg.get("optimization") or {}, cfg.get("checkpoint") or {}
     halving = (cfg.get("lr_scheduler") or {}).get("_name") == "paper_halving"
     max_halvings = int(_scheduler(cfg)["halvings"]) if halving else None
-    halvings, ended = halving_progress(cfg, saved) if halving else (None, False)
+    halvings, ended, next_lr = halving_progress(cfg, saved) if halving else (None, False, None)
     inner, last_epoch = series["inner"], max(finished, default=0)
     done, lr = float(last_epoch), _num(train.get(last_epoch), "lr")
     if inner and (_num(inner, "position") or 0) > last_epoch:  # inside an epoch
         done, lr = _num(inner, "position"), _num(inner, "lr")
+    elif halving and saved and last_epoch:  # between epochs: the rate the next one trains at
+        lr = next_lr
     updates = saved["updates"] if saved else None
     seconds = saved["seconds"] if saved else None
     metric = ckpt.get("best_checkpoint_metric", "loss")
