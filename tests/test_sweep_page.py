@@ -656,7 +656,13 @@ def test_paths_outside_a_checkout_are_shown_as_they_run_from_one(sweep_of, tmp_p
     row["config"]["task"]["data"] = "../sweeps/ptb/data-bin"
     got = sweep_of([row], path_as=["../sweeps/ptb=runs/ptb"])
     assert "hydra.sweep.dir=runs/ptb/medium task.data=runs/ptb/data-bin" in got.text
-    assert "../sweeps" not in got.text and "Data: `runs/ptb/data-bin`" in got.text
+    data = lambda text: text.split("Data: ", 1)[1].split(". Hardware", 1)[0]  # noqa: E731
+    assert "../sweeps" not in got.text and data(got.text).startswith("`runs/ptb/data-bin`")
+    # a row that ran in the checkout beside it, on the same data: named once
+    beside = ended_lm("kn", 0.2, 110.0, 104.5, 112.0)
+    beside["config"]["task"]["data"] = "runs/ptb/data-bin"
+    got = sweep_of([row, beside], path_as=["../sweeps/ptb=runs/ptb"])
+    assert data(got.text).startswith("`runs/ptb/data-bin`") and data(got.text).count("`") == 2
 
 
 def test_unknown_words_in_the_output_are_counted_on_the_page(sweep_of):

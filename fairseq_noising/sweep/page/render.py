@@ -129,7 +129,7 @@ def _summary(
     clock = [r["training"]["training_seconds"] for r in good if r["training"]["training_seconds"]]
     walls = [r["training"]["wall_seconds"] for r in good if r["training"]["wall_seconds"]]
     data = {record.relative(str(r["config"]["task"]["data"]), r["cwd"]) for r in good}
-    data = sorted(_shown(d, path_as) for d in data)
+    data = sorted({_shown(d, path_as) for d in data})  # one name for each folder
     named = f" ({table['data']['name']})" if table["note"] and table["data"].get("name") else ""
     complete = [r["name"] for r in good if record.ending(r) == "protocol"]
     unrecorded = [r["name"] for r in good if not r["training"]["recorded"]]
