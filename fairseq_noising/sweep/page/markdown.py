@@ -90,16 +90,6 @@ def picked_rows(rows: List[Dict], plateau: Optional[float] = None) -> List[Dict]
     return by_gamma[best]
 
 
-def left_out(groups: Dict[str, List[Dict]], plateau: Optional[float]) -> List[str]:
-    """The evaluated rows that :func:`picked_rows` leaves out for their plateau, by name."""
-    return sorted(
-        r["name"]
-        for group in groups.values()
-        for r in group
-        if evaluated(r) and on_plateau(r, plateau) and r not in picked_rows(group, plateau)
-    )
-
-
 def model_cell(row: Dict) -> str:
     """The validation that chose the evaluated checkpoint: ``epoch 13`` at an epoch's end,
     ``update 16800 in epoch 14 ‡`` inside one."""
@@ -173,26 +163,33 @@ def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> 
             "`<unk>` in the test output (tokens in sentences), scored as they are (sacrebleu's "
             "13a makes three tokens of each): " + "; ".join(unks) + ".",
         ]
-    return lines + plateau_lines(groups, main, table.get("plateau_ppl"))
+    return lines + plateau_lines(groups, table.get("plateau_ppl"))
 
 
-def plateau_lines(groups, main: List[List[object]], plateau: Optional[float]) -> List[str]:
-    """What the table's figures leave out for a plateau (:func:`picked_rows`), and what § means."""
-    lines: List[str] = []
+def plateau_lines(groups, plateau: Optional[float]) -> List[str]:
+    """The rows :func:`picked_rows` leaves out for their plateau, and what § means where a key's
+    figures come only from such rows."""
     if not plateau:
-        return lines
-    out = left_out(groups, plateau)
+        return []
+    out, marked = [], False
+    for group in groups.values():
+        picked = picked_rows(group, plateau)
+        marked |= bool(picked) and all(on_plateau(r, plateau) for r in picked)
+        out += [
+            r["name"] for r in group if evaluated(r) and on_plateau(r, plateau) and r not in picked
+        ]
     why = (
         f"whose halvings began on a plateau (validation perplexity above {plateau:g} at the first "
         "halving: the model had not begun to use its source)"
     )
+    lines = []
     if out:
         lines += [
             "",
-            f"Left out of the figures above and of the means over seeds: {', '.join(out)}, {why}; "
-            "their figures are in the table of every row.",
+            f"Left out of the figures above and of the means over seeds: {', '.join(sorted(out))}, "
+            f"{why}; their figures are in the table of every row.",
         ]
-    if any(PLATEAU in str(c) for cells in main for c in cells):
+    if marked:
         lines += ["", f"Figures marked {PLATEAU} come only from rows {why}."]
     return lines
 

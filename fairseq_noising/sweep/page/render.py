@@ -258,17 +258,18 @@ def render(
             "(`fairseq-noise-page --paper` shows them).",
             "",
         ]
+    plateau = table.get("plateau_ppl")  # translation: rows that halved before using the source
     lines += main_table(groups, table, show_paper, lm, seeds) + [""]
-    over_seeds = seeds_table(groups, lm, table.get("plateau_ppl")) if seeds else []
+    over_seeds = seeds_table(groups, lm, plateau) if seeds else []
     lines += over_seeds + [""] * bool(over_seeds)
-    lines += every_table(rows, lm, seeds, table.get("plateau_ppl")) + [""]
+    lines += every_table(rows, lm, seeds, plateau) + [""]
     lines += stops(good)
     link = os.path.basename(rows_dir)
     lines += [
         f"Each row's record, progress, evaluation output and training log: [`{link}/`]({link}/).",
         "",
     ]
-    lines += figure_1(groups, stem + "-curves.png", lm, table.get("plateau_ppl"))
+    lines += figure_1(groups, stem + "-curves.png", lm, plateau)
     text = "\n".join(lines + _commands(good, command, path_as, lm))
     part = f"{out}.{os.getpid()}.part"
     with open(part, "w", encoding="utf-8") as f:
