@@ -1,5 +1,5 @@
 """The fairseq details a sweep row's record relies on while fairseq-train runs: its progress bars,
-and its training loop's epochs (the plugin's others are in the package's ``__init__``).
+and its training loop's epochs (the package's ``__init__`` lists the other modules).
 """
 
 from contextlib import contextmanager
