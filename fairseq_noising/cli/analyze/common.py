@@ -22,8 +22,10 @@ def split_label(arg: str) -> Tuple[Optional[str], str]:
     return None, arg
 
 
-def default_label(path: str, loaded=None) -> str:
+def default_label(path: str, loaded=None, epoch=None) -> str:
     name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+    if epoch is not None:
+        name = f"{name} e{epoch}"
     if loaded is not None:
         return f"{name} ({loaded.scheme} {loaded.gamma:g})"
     return name
@@ -103,7 +105,23 @@ def add_output_args(p, png=True):
 
 
 def add_model_args(p, split_default="valid"):
-    p.add_argument("checkpoints", nargs="+", metavar="CKPT", help="checkpoint files ([LABEL=]PATH)")
+    from .matching import match_ppl
+
+    p.add_argument(
+        "checkpoints",
+        nargs="+",
+        metavar="CKPT",
+        help="checkpoint files, run folders (their checkpoint_best.pt) or a sweep's folder (its "
+        "rows) ([LABEL=]PATH)",
+    )
+    p.add_argument(
+        "--match-ppl",
+        type=match_ppl,
+        default=None,
+        metavar="PPL",
+        help="of each run folder, the epoch checkpoint whose logged validation perplexity is "
+        "nearest PPL (auto: the best perplexity of the folder that did worst)",
+    )
     p.add_argument(
         "--data", default=None, help="binarized data directory (default: the checkpoint's)"
     )
@@ -139,17 +157,26 @@ def add_model_args(p, split_default="valid"):
     )
 
 
-def load_models(args):
-    """(label, LoadedModel) of every checkpoint argument, loaded one at a time."""
+def score_models(args, score) -> Tuple[List[Dict], Dict]:
+    """``score(label, LoadedModel)`` of every model argument, loaded one at a time (a run folder
+    as :mod:`.matching` picks its checkpoint), and what the JSON adds: with ``--match-ppl`` the
+    target, and each result's epoch and logged validation perplexity."""
     from ..model_io import LoadedModel, pick_device
+    from .matching import resolve
 
+    picks, target = resolve(expand_sweeps(args.checkpoints), args.match_ppl)
+    if target is not None:
+        print(f"matched at validation perplexity {target:.2f} (as logged at the epochs' ends):")
+        for pick in picks:
+            name = pick.label or os.path.dirname(pick.path)
+            print(f"  {name}: epoch {pick.epoch}, {pick.logged_ppl:.2f}")
     device = pick_device(args.cpu)
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    for arg in args.checkpoints:
-        label, path = split_label(arg)
+    results = []
+    for pick in picks:
         loaded = LoadedModel(
-            path,
+            pick.path,
             data=args.data,
             eval_mode=args.eval_mode,
             batch_size=args.batch_size,
@@ -158,7 +185,11 @@ def load_models(args):
             seed=args.seed,
             log_format=args.log_format,
         )
-        yield label or default_label(path, loaded), loaded
+        r = score(pick.label or default_label(pick.path, loaded, pick.epoch), loaded)
+        if target is not None:
+            r.update(epoch=pick.epoch, logged_valid_ppl=pick.logged_ppl)
+        results.append(r)
+    return results, ({} if target is None else {"match_ppl": target})
 
 
 def add_model_parser(sub, name: str, help: str, run):

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ...analysis import divergence, plots
-from .common import add_model_parser, draw, load_models, print_table, series
+from .common import add_model_parser, draw, print_table, score_models, series
 
 
 def add_parser(sub):
@@ -49,7 +49,7 @@ def score(label, m, split) -> Dict:
 
 
 def run(args) -> Dict:
-    results = [score(label, m, args.split) for label, m in load_models(args)]
+    results, matched = score_models(args, lambda label, m: score(label, m, args.split))
     print(
         f"mean KL divergence D(p_R || q) in nats over the {args.split} split; R = the "
         f"{results[0]['vocab_size']} types seen in training, p renormalised on R"
@@ -69,4 +69,4 @@ def run(args) -> Dict:
         ],
     )
     draw(args, plots.kl_bars, *series(results, "label", "kl_uniform", "kl_unigram"))
-    return {"split": args.split, "models": results}
+    return {"split": args.split, **matched, "models": results}

@@ -8,7 +8,7 @@ import torch
 from ...analysis import divergence
 from ...errors import NoisingError
 from ...schemes import check_gamma
-from .common import add_model_args, add_output_args, load_models, print_table
+from .common import add_model_args, add_output_args, print_table, score_models
 
 
 def add_parser(sub):
@@ -95,7 +95,7 @@ def run(args) -> Dict:
     if args.samples < 1:
         raise NoisingError(f"--samples must be at least 1, got {args.samples}")
     check_gamma(args.noise_gamma, "--noise-gamma")
-    results = [score(label, m, args) for label, m in load_models(args)]
+    results, matched = score_models(args, lambda label, m: score(label, m, args))
     print(f"test-time Monte Carlo over noised contexts ({args.split} split, targets not noised)")
     print_table(
         ["model", "noise", "K", "positions", "ppl", "MC ppl", "plain s", "MC s", "cost x"],
@@ -114,4 +114,4 @@ def run(args) -> Dict:
             for r in results
         ],
     )
-    return {"split": args.split, "models": results}
+    return {"split": args.split, **matched, "models": results}

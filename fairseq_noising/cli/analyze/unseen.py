@@ -6,7 +6,7 @@ from typing import Dict
 import numpy as np
 
 from ...analysis import divergence, ngrams, plots
-from .common import add_model_parser, draw, load_models, print_table, series
+from .common import add_model_parser, draw, print_table, score_models, series
 
 
 def add_parser(sub):
@@ -44,7 +44,7 @@ def score(label, m, split) -> Dict:
 
 
 def run(args) -> Dict:
-    results = [score(label, m, args.split) for label, m in load_models(args)]
+    results, matched = score_models(args, lambda label, m: score(label, m, args.split))
     print(
         f"perplexity of the last token at positions of the {args.split} split whose bigram / "
         "trigram never occurs in the training data"
@@ -73,4 +73,4 @@ def run(args) -> Dict:
         ],
     )
     draw(args, plots.unseen_bars, *series(results, "label", "bigram_ppl", "trigram_ppl"))
-    return {"split": args.split, "models": results}
+    return {"split": args.split, **matched, "models": results}
