@@ -341,6 +341,20 @@ def test_the_hardware_names_the_gpu_and_whether_mps_served_it(sweep_of):
     assert "Hardware: CPU (2 cores)." in sweep_of([ended_mt("none", 0, 10.0, 28.0)]).text
 
 
+def test_the_hardware_names_each_cpu_the_rows_trained_on(sweep_of):
+    """Rows that trained on two machines: each CPU's model once; a record from before the
+    model was kept says the cores alone."""
+    rows = [ended_mt(k, g, 10.0, 28.0, seed=s) for k, g, s in (("none", 0, 1), ("kn", 0.2, 1))]
+    rows += [ended_mt("none", 0, 10.0, 28.0, seed=2)]
+    rows[0]["process"]["cpu"] = "AMD EPYC"
+    rows[1]["process"] = {"host": "h", "pid": 2, "cpus": 2, "cpu": "Intel(R) Xeon(R) Processor"}
+    got = sweep_of(rows, sentences=29000).text
+    assert (
+        "Hardware: CPU (2 cores), CPU (AMD EPYC, 2 cores), "
+        "CPU (Intel(R) Xeon(R) Processor, 2 cores)." in got
+    )
+
+
 def test_a_failed_row_is_listed_and_leaves_the_other_rows_alone(sweep_of, lm_page):
     assert cells(lm_page.every, "unigram-g0.1")[0] == "0.1"
     assert cells(lm_page.every, "unigram-g0.1")[-1] == f"FAILED ({OOM})"

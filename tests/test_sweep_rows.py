@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -159,6 +160,21 @@ def test_a_row_whose_process_is_gone_is_stopped(tmp_path, monkeypatch):
             str(run_dir), {"format": 2, "status": "training", "process": {"slurm_job": "7"}}
         )
         assert record.read(str(run_dir))["status"] == status
+
+
+def test_a_rows_process_names_the_cpus_model_as_lscpu_does(tmp_path):
+    """The oracle: util-linux's lscpu (its own reading of the machine's CPU model)."""
+    lscpu = shutil.which("lscpu")
+    out = subprocess.run([lscpu], capture_output=True, text=True).stdout if lscpu else ""
+    fields = dict(ln.split(":", 1) for ln in out.splitlines() if ":" in ln)
+    model = fields.get("Model name", "").strip()
+    if not model or not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("no lscpu model name or no /proc/cpuinfo on this machine")
+    assert record.this_process()["cpu"] == " ".join(model.split())
+    # a machine whose cpuinfo has no model (aarch64) or none at all: None
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")
+    assert record.cpu_model(str(tmp_path / "cpuinfo")) is None
+    assert record.cpu_model(str(tmp_path / "missing")) is None
 
 
 def test_a_pages_copy_shows_the_row_as_it_was_when_paged(tmp_path):

@@ -67,12 +67,27 @@ def read_record(run_dir: str) -> Optional[Dict]:
 
 
 def this_process() -> Dict:
-    """Where the calling process runs: host, pid and its start time, SLURM job, cores."""
+    """Where the calling process runs: host, pid and its start time, SLURM job, cores and the
+    CPU's model (None where the machine does not say)."""
     proc = {"host": socket.gethostname(), "pid": os.getpid(), "cpus": os.cpu_count()}
+    proc["cpu"] = cpu_model()
     proc["pid_start"] = _start_time(os.getpid())
     if os.environ.get("SLURM_JOB_ID"):
         proc["slurm_job"] = os.environ["SLURM_JOB_ID"]
     return proc
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> Optional[str]:
+    """The CPU's model name as Linux gives it (``model name`` in /proc/cpuinfo: x86), or None."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return None
 
 
 def _start_time(pid: int) -> Optional[str]:

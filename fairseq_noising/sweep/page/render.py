@@ -65,6 +65,14 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + "s" * (n != 1)
 
 
+def _cpu(row: Dict) -> str:
+    """``CPU (AMD EPYC, 2 cores)``: the model and cores of the process that last trained the
+    row (a record from before the model was kept: the cores alone)."""
+    proc = row.get("process") or {}
+    cores = f"{proc.get('cpus', row.get('cpus', '?'))} cores"
+    return f"CPU ({proc['cpu']}, {cores})" if proc.get("cpu") else f"CPU ({cores})"
+
+
 def precision_words(rows: List[Dict]) -> str:
     """The precision the rows trained and were evaluated in (``task.precision``)."""
     trained = sorted({r.get("precision", "fp32") for r in rows})
@@ -120,11 +128,8 @@ def _summary(
             "resumes them.",
             "",
         ]
-    cores = lambda r: (r.get("process") or {}).get("cpus", r.get("cpus", "?"))  # noqa: E731
     mps = lambda r: " (MPS)" if r.get("mps") else " (no MPS)"  # noqa: E731
-    hardware = sorted(
-        {r["gpu"] + mps(r) if r.get("gpu") else f"CPU ({cores(r)} cores)" for r in good}
-    )
+    hardware = sorted({r["gpu"] + mps(r) if r.get("gpu") else _cpu(r) for r in good})
     budgets = sorted({r["config"]["optimization"].get("stop_time_hours") or 0 for r in good})
     clock = [r["training"]["training_seconds"] for r in good if r["training"]["training_seconds"]]
     walls = [r["training"]["wall_seconds"] for r in good if r["training"]["wall_seconds"]]
