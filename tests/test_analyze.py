@@ -10,6 +10,7 @@ no code with the analysis but the model's forward pass; and one run of the conso
 
 import json
 import math
+import shlex
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -463,7 +464,20 @@ def test_curves_reads_the_logs(tmp_path, capsys):
         ]
     )
     png_ok(png)
-    out = json.loads((tmp_path / "c.json").read_text())["runs"]
+    written = json.loads((tmp_path / "c.json").read_text())
+    # the command as run, which a shell reads back as the same words
+    assert shlex.split(written["command_line"]) == [
+        "fairseq-noise-analyze",
+        "curves",
+        str(tmp_path / "kn.log"),
+        f"plain={tmp_path / 'none.log'}",
+        "--output",
+        str(png),
+        "--json",
+        str(tmp_path / "c.json"),
+    ]
+    assert written["command"] == "curves" and written["seconds"] >= 0
+    out = written["runs"]
     assert out["plain"]["valid_ppl"] == {"1": 300.1, "2": 240.5}
     # a log is labelled by its name: how it was noised is no log's to say
     assert out["kn"]["train_ppl"] == {"1": 362.04, "2": 181.02, "3": 128.5}

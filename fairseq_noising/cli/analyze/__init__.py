@@ -6,7 +6,9 @@ examples are in docs/analysis.md, the mathematics in :mod:`fairseq_noising.analy
 
 import argparse
 import logging
+import shlex
 import sys
+import time
 from typing import Dict
 
 logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its import-time debug chatter
@@ -37,14 +39,19 @@ def get_parser():
 
 
 def main(argv=None) -> Dict:
-    """Runs one subcommand; returns its numbers (what ``--json`` writes)."""
+    """Runs one subcommand; returns its numbers (what ``--json`` writes), with the subcommand,
+    the command line as run and its wall-clock seconds."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = get_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "takes_task_options", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.task_argv = rest
+    start = time.monotonic()
     result = args.run(args)
     result["command"] = args.command
+    result["command_line"] = shlex.join([parser.prog, *argv])
+    result["seconds"] = round(time.monotonic() - start, 1)
     write_json(args.json, result)
     return result
 
