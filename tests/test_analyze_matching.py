@@ -16,8 +16,8 @@ from conftest import CLI_ENV, TINY_NOISING_LM, lm_train_argv, one_line, run_cli
 from row_kit import LOG, write_row
 
 from fairseq_noising.cli import analyze
-from fairseq_noising.cli.analyze import matching
-from fairseq_noising.cli.analyze.common import expand_sweeps
+from fairseq_noising.cli.analyze import arguments
+from fairseq_noising.cli.analyze.arguments import expand_sweeps
 from fairseq_noising.errors import NoisingError
 
 
@@ -53,38 +53,38 @@ def picked(picks):
 def test_each_folder_gives_the_epoch_nearest_the_target(tmp_path):
     a = run_folder(tmp_path / "a", {1: 300.0, 2: 200.0, 3: 150.0, 4: 140.0})
     b = run_folder(tmp_path / "b", {1: 280.0, 2: 170.0, 3: 120.0})
-    picks, target = matching.resolve([str(a), f"B={b}"], "160")
+    picks, target = arguments.resolve([str(a), f"B={b}"], "160")
     assert target == 160.0
     # a: |150 - 160| = 10 is nearest; b: 170 and 120 are 10 and 40 away
     assert picked(picks) == [("checkpoint3.pt", 3, 150.0), ("checkpoint2.pt", 2, 170.0)]
     assert [p.label for p in picks] == [None, "B"]
     # auto: the lowest perplexity both reached, a's best (140); b's nearest is 120 (20 away)
-    picks, target = matching.resolve([str(a), str(b)], "auto")
+    picks, target = arguments.resolve([str(a), str(b)], "auto")
     assert target == 140.0
     assert picked(picks) == [("checkpoint4.pt", 4, 140.0), ("checkpoint3.pt", 3, 120.0)]
 
 
 def test_two_epochs_as_near_give_the_earlier(tmp_path):
     a = run_folder(tmp_path / "a", {1: 170.0, 2: 150.0})
-    assert picked(matching.resolve([str(a)], "160")[0]) == [("checkpoint1.pt", 1, 170.0)]
+    assert picked(arguments.resolve([str(a)], "160")[0]) == [("checkpoint1.pt", 1, 170.0)]
 
 
 def test_only_epochs_with_both_a_checkpoint_and_a_validation_count(tmp_path):
     # epoch 2's checkpoint was removed; epoch 4 has a checkpoint but no validation line
     a = run_folder(tmp_path / "a", {1: 300.0, 2: 161.0, 3: 150.0}, epochs=[1, 3, 4])
-    assert picked(matching.resolve([str(a)], "160")[0]) == [("checkpoint3.pt", 3, 150.0)]
+    assert picked(arguments.resolve([str(a)], "160")[0]) == [("checkpoint3.pt", 3, 150.0)]
 
 
 def test_a_later_log_gives_an_epochs_figure(tmp_path):
     # a resumed run that validated epoch 2 again (b.log sorts after a.log)
     a = run_folder(tmp_path / "a", {1: 300.0, 2: 200.0}, log="a.log")
     (a / "b.log").write_text(simple_log({2: 161.0}))
-    assert picked(matching.resolve([str(a)], "160")[0]) == [("checkpoint2.pt", 2, 161.0)]
+    assert picked(arguments.resolve([str(a)], "160")[0]) == [("checkpoint2.pt", 2, 161.0)]
 
 
 def test_without_match_a_folder_is_its_best_checkpoint_and_a_file_itself(tmp_path):
     a = run_folder(tmp_path / "a", {1: 300.0})
-    picks, target = matching.resolve([f"X={a}", str(a / "checkpoint1.pt")], None)
+    picks, target = arguments.resolve([f"X={a}", str(a / "checkpoint1.pt")], None)
     assert target is None
     assert [(p.label, p.path, p.epoch) for p in picks] == [
         ("X", str(a / "checkpoint_best.pt"), None),
@@ -99,13 +99,13 @@ def test_a_sweeps_folder_stands_for_its_rows(tmp_path):
     for row, epochs in (("kn-g0.2-s1", range(1, 6)), ("none-g0-s1", [1])):
         for e in epochs:
             (sweep / row / f"checkpoint{e}.pt").write_bytes(b"")
-    picks, target = matching.resolve(expand_sweeps([str(sweep)]), "auto")
+    picks, target = arguments.resolve(expand_sweeps([str(sweep)]), "auto")
     assert target == 32.0
     assert [(p.path.split("/")[-2:], p.epoch) for p in picks] == [
         (["kn-g0.2-s1", "checkpoint1.pt"], 1),
         (["none-g0-s1", "checkpoint1.pt"], 1),
     ]
-    picks, _ = matching.resolve(expand_sweeps([str(sweep / "kn-g0.2-s1")]), "20")
+    picks, _ = arguments.resolve(expand_sweeps([str(sweep / "kn-g0.2-s1")]), "20")
     assert picked(picks) == [("checkpoint5.pt", 5, 19.7)]
 
 

@@ -1,6 +1,5 @@
 """What the subcommands of ``fairseq-noise-analyze`` share: labels, tables, JSON, model options."""
 
-import glob
 import json
 import math
 import os
@@ -9,17 +8,9 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from ...sweep import record
+from .arguments import expand_sweeps, match_ppl, resolve
 
 EVAL_MODES = ("auto", "stateless", "stateful")
-
-
-def split_label(arg: str) -> Tuple[Optional[str], str]:
-    """``LABEL=PATH`` -> (LABEL, PATH); a plain PATH -> (None, PATH)."""
-    if "=" in arg and not os.path.exists(arg):
-        label, path = arg.split("=", 1)
-        return label, path
-    return None, arg
 
 
 def default_label(path: str, loaded=None, epoch=None) -> str:
@@ -29,27 +20,6 @@ def default_label(path: str, loaded=None, epoch=None) -> str:
     if loaded is not None:
         return f"{name} ({loaded.scheme} {loaded.gamma:g})"
     return name
-
-
-def find_logs(directory: str) -> List[str]:
-    """The ``*.log`` and ``*.txt`` files of a run directory, sorted."""
-    found = glob.glob(os.path.join(directory, "*.log")) + glob.glob(
-        os.path.join(directory, "*.txt")
-    )
-    return [f for f in sorted(found) if os.path.isfile(f)]
-
-
-def expand_sweeps(args: List[str]) -> List[str]:
-    """Each unlabelled sweep folder (no row itself, rows in its sub-folders) as its rows'
-    folders, in order; every other argument as it is."""
-    out = []
-    for arg in args:
-        label, path = split_label(arg)
-        rows = []
-        if label is None and os.path.isdir(path) and record.read(path) is None:
-            rows = [r["run_dir"] for r in record.read_sweep(path)]
-        out += rows or [arg]
-    return out
 
 
 def fmt(x, digits=2) -> str:
@@ -105,8 +75,6 @@ def add_output_args(p, png=True):
 
 
 def add_model_args(p, split_default="valid"):
-    from .matching import match_ppl
-
     p.add_argument(
         "checkpoints",
         nargs="+",
@@ -159,10 +127,9 @@ def add_model_args(p, split_default="valid"):
 
 def score_models(args, score) -> Tuple[List[Dict], Dict]:
     """``score(label, LoadedModel)`` of every model argument, loaded one at a time (a run folder
-    as :mod:`.matching` picks its checkpoint), and what the JSON adds: with ``--match-ppl`` the
+    as :mod:`.arguments` picks its checkpoint), and what the JSON adds: with ``--match-ppl`` the
     target, and each result's epoch and logged validation perplexity."""
     from ..model_io import LoadedModel, pick_device
-    from .matching import resolve
 
     picks, target = resolve(expand_sweeps(args.checkpoints), args.match_ppl)
     if target is not None:

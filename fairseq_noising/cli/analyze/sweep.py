@@ -7,7 +7,8 @@ from typing import Dict, List
 from ...analysis import logs, plots
 from ...errors import NoisingError
 from ...sweep import record
-from .common import add_output_args, draw, expand_sweeps, find_logs, print_table, split_label
+from .arguments import expand_sweeps, find_logs, split_label
+from .common import add_output_args, draw, print_table
 
 SCHEME_GAMMA = re.compile(r"^([A-Za-z_]+):([0-9.eE+-]+)$")
 

@@ -1,4 +1,5 @@
-"""Which checkpoint a model argument of ``kl``, ``unseen`` and ``mc-eval`` stands for.
+"""What a path on the command line names: ``LABEL=PATH``, a run folder's logs, a sweep's rows,
+and which checkpoint a model argument of ``kl``, ``unseen`` and ``mc-eval`` stands for.
 
 A checkpoint file is itself. A run folder is its ``checkpoint_best.pt``, or with ``--match-ppl``
 the epoch checkpoint (``checkpoint<N>.pt``) whose epoch's validation perplexity, as its fairseq
@@ -8,14 +9,45 @@ has a checkpoint at or above: the best epoch of the folder that did worst.
 """
 
 import argparse
+import glob
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ...analysis import logs
 from ...errors import NoisingError
-from .common import find_logs, split_label
+from ...sweep import record
+
+
+def split_label(arg: str) -> Tuple[Optional[str], str]:
+    """``LABEL=PATH`` -> (LABEL, PATH); a plain PATH -> (None, PATH)."""
+    if "=" in arg and not os.path.exists(arg):
+        label, path = arg.split("=", 1)
+        return label, path
+    return None, arg
+
+
+def find_logs(directory: str) -> List[str]:
+    """The ``*.log`` and ``*.txt`` files of a run directory, sorted."""
+    found = glob.glob(os.path.join(directory, "*.log")) + glob.glob(
+        os.path.join(directory, "*.txt")
+    )
+    return [f for f in sorted(found) if os.path.isfile(f)]
+
+
+def expand_sweeps(args: List[str]) -> List[str]:
+    """Each unlabelled sweep folder (no row itself, rows in its sub-folders) as its rows'
+    folders, in order; every other argument as it is."""
+    out = []
+    for arg in args:
+        label, path = split_label(arg)
+        rows = []
+        if label is None and os.path.isdir(path) and record.read(path) is None:
+            rows = [r["run_dir"] for r in record.read_sweep(path)]
+        out += rows or [arg]
+    return out
+
 
 _EPOCH_CHECKPOINT = re.compile(r"checkpoint(\d+)\.pt$")
 NO_EPOCHS = "train it without --no-epoch-checkpoints (Hydra: checkpoint.no_epoch_checkpoints=false)"
