@@ -117,9 +117,9 @@ def main(argv=None):
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     flags = {f for line in open("/proc/cpuinfo") if line.startswith("flags") for f in line.split()}
     flags = sorted(f for f in flags if "bf16" in f or "amx" in f)
-    threads, onednn = torch.get_num_threads(), bf16_supported("cpu")
+    threads, hardware = torch.get_num_threads(), bf16_supported("cpu")
     print(f"# {_common.machine_line()}\n# torch {torch.__version__}, {threads} thread(s); ", end="")
-    print(f"bf16 flags: {' '.join(flags) or 'none'}; oneDNN bf16: {onednn}")
+    print(f"bf16 flags: {' '.join(flags) or 'none'}; bf16 in hardware: {hardware}")
     multi30k = args.multi30k_dir or args.ptb_dir.parent / "multi30k"
     for kind in args.models.split(","):
         if kind == "lm":

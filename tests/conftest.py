@@ -36,6 +36,31 @@ PLUGIN_DIR = REPO / "fairseq_noising"
 # console scripts run single-threaded, so that tests running side by side do not oversubscribe
 CLI_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
+# put on the PYTHONPATH of the commands a bf16 test runs (the bf16_cpu fixture)
+BF16_CPU = Path(__file__).resolve().parent / "bf16_cpu"
+
+
+@pytest.fixture
+def bf16_cpu(monkeypatch):
+    """A CPU that trains in bf16, in the test's process and in the commands it runs with the
+    environment this returns. One with bf16 units as it is; on one without, ``--precision bf16``'s
+    check is told its flags have AVX512-BF16 and oneDNN is off, PyTorch's own kernels emulating
+    (``tests/bf16_cpu/``): the plugin's bf16 behaviour is tested on any CPU. The check itself is
+    tested against /proc/cpuinfo, its refusal with the flags mocked."""
+    import types
+
+    import torch
+
+    from fairseq_noising.tasks import precision
+
+    if precision.bf16_supported("cpu"):
+        return CLI_ENV
+    flags = {**torch.cpu.get_capabilities(), "avx512_bf16": True}
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: types.MappingProxyType(flags))
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    path = [str(BF16_CPU), *filter(None, [CLI_ENV.get("PYTHONPATH")])]
+    return {**CLI_ENV, "PYTHONPATH": os.pathsep.join(path)}
+
 
 # the flags of every console-script command the tests run (fairseq-train, fairseq-eval-lm, ...):
 # the plugin, the CPU, no data-loading workers, one plain line per log record

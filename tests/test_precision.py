@@ -4,13 +4,16 @@ Fast tier: the criterion the tasks hand fairseq's ``train_step`` runs under auto
 bf16 is asked (torch's own autocast state, seen from inside the criterion, is the oracle). Slow
 tier (real data): the same through both tasks' ``train_step``; the one-line refusals before
 training (fairseq's ``--fp16``, ``--amp`` and ``--bf16`` on a CPU, and ``--precision bf16`` where
-the capability check, mocked, says no), set up as fairseq-train sets them up; a bf16 run of the real fairseq-train on the tiny PTB slice trains with other
-arithmetic than fp32 (its weights differ), saves fp32 checkpoints, resumes bit-identically to the
-run that was not interrupted, and fairseq-eval-lm scores its checkpoint as tests/score_kit.py
-does in fp32.
+the CPU's flags, mocked, lack bf16), set up as fairseq-train sets them up; a bf16 run of the real
+fairseq-train on the tiny PTB slice trains with other arithmetic than fp32 (its weights differ),
+saves fp32 checkpoints, resumes bit-identically to the run that was not interrupted, and
+fairseq-eval-lm scores its checkpoint as tests/score_kit.py does in fp32. The bf16 trainings run
+on any CPU: where it has no bf16 units, its flags are mocked to have them (``bf16_cpu``) and
+PyTorch emulates the arithmetic. The check reads the flags /proc/cpuinfo lists.
 """
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,7 +70,7 @@ def test_the_criterion_runs_under_autocast_only_in_bf16(asked):
 @pytest.mark.parametrize("asked", ["fp32", "bf16"])
 @pytest.mark.parametrize("kind", ["lm", "mt"])
 def test_the_tasks_train_step_runs_the_forward_under_autocast_only_in_bf16(
-    kind, asked, ptb_tiny_bin, multi30k_small_bin
+    kind, asked, ptb_tiny_bin, multi30k_small_bin, bf16_cpu
 ):
     if kind == "lm":
         argv = lm_train_argv(ptb_tiny_bin, *SGD, "--precision", asked, model=TINY_LM)
@@ -130,7 +133,9 @@ def test_fairseqs_own_precision_flags_stop_in_one_line_on_a_cpu(flags, expected,
 def test_bf16_on_a_cpu_without_bf16_stops_in_one_line(
     kind, ptb_tiny_bin, multi30k_small_bin, monkeypatch
 ):
-    monkeypatch.setattr(precision, "bf16_supported", lambda device: False)
+    no_bf16 = {f: False for f in precision.BF16_CPU_FLAGS}
+    flags = {**torch.cpu.get_capabilities(), **no_bf16}
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
     if kind == "lm":
         argv = lm_train_argv(ptb_tiny_bin, *SGD, "--precision", "bf16", model=TINY_LM)
     else:
@@ -147,7 +152,9 @@ def test_bf16_on_a_cpu_without_bf16_stops_in_one_line(
 
 
 @pytest.mark.slow
-def test_a_cpu_whose_bf16_is_slower_than_fp32_is_told_so(ptb_tiny_bin, monkeypatch, caplog):
+def test_a_cpu_whose_bf16_is_slower_than_fp32_is_told_so(
+    ptb_tiny_bin, monkeypatch, caplog, bf16_cpu
+):
     argv = lm_train_argv(ptb_tiny_bin, *SGD, "--precision", "bf16", model=TINY_LM)
     for speedup, warned in ((0.6, True), (1.9, False)):
         monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda s=speedup: s)
@@ -178,7 +185,7 @@ def equal(a, b):
 
 @pytest.mark.slow
 def test_a_bf16_run_saves_fp32_resumes_bit_identically_and_evaluates(
-    ptb_tiny_bin, tmp_path, caplog
+    ptb_tiny_bin, tmp_path, caplog, bf16_cpu
 ):
     whole, parts, fp32 = tmp_path / "whole", tmp_path / "parts", tmp_path / "fp32"
     bf16_run(ptb_tiny_bin, whole, caplog, "--max-epoch", 4)
@@ -216,6 +223,21 @@ def test_a_bf16_run_saves_fp32_resumes_bit_identically_and_evaluates(
     assert math.isclose(printed_perplexity(printed.stdout + printed.stderr), expected, rel_tol=1e-3)
 
 
+def test_the_cpu_check_reads_the_bf16_flags_proc_cpuinfo_lists():
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        pytest.skip("no /proc/cpuinfo on this system")
+    flags = {
+        f
+        for line in cpuinfo.read_text().splitlines()
+        if line.startswith(("flags", "Features"))
+        for f in line.split(":", 1)[1].split()
+    }
+    # the kernel's names: x86's avx512_bf16 and amx_bf16, ARM's bf16 and svebf16
+    expected = bool(flags & {"avx512_bf16", "amx_bf16", "bf16", "svebf16"})
+    assert precision.bf16_supported("cpu") == expected
+
+
 def test_the_speed_probe_leaves_the_random_state_as_it_was():
     """The probe runs before the model's initialisation: a bf16 run starts from the weights an
     fp32 run of the same seed starts from."""
@@ -226,21 +248,21 @@ def test_the_speed_probe_leaves_the_random_state_as_it_was():
 
 @pytest.mark.slow
 def test_a_bf16_translation_checkpoint_is_fp32_and_fairseq_generate_translates_every_sentence(
-    multi30k_small_bin, tmp_path
+    multi30k_small_bin, tmp_path, bf16_cpu
 ):
     save = tmp_path / "ckpt"
     train = ["--max-update", 4, "--batch-size", 20, "--required-batch-size-multiple", 1]
     argv = mt_train_argv(
         multi30k_small_bin, *train, "--save-dir", save, "--precision", "bf16", model=TINY_MT
     )
-    run_cli(["fairseq-train", *argv, "--optimizer", "adam", "--lr", 0.001], env=CLI_ENV)
+    run_cli(["fairseq-train", *argv, "--optimizer", "adam", "--lr", 0.001], env=bf16_cpu)
     model = state(save / "checkpoint_last.pt")["model"]
     assert all(t.dtype == torch.float32 for t in model.values() if t.is_floating_point())
     out = run_cli(
         ["fairseq-generate", multi30k_small_bin, "--path", save / "checkpoint_last.pt", *COMMON]
         + ["--task", "noised_translation", "-s", "en", "-t", "de", "--gen-subset", "valid"]
         + ["--beam", 2, "--batch-size", 16, "--required-batch-size-multiple", 1],
-        env=CLI_ENV,
+        env=CLI_ENV,  # the CPU as it is: evaluating a bf16 checkpoint needs no bf16
     )
     hypotheses = [line for line in out.stdout.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 200  # every valid sentence of the slice

@@ -327,6 +327,23 @@ def test_a_bad_value_fails_with_one_line_naming_the_field_the_value_and_what_was
     assert "kn" in line.split("expected one of", 1)[1]
 
 
+def test_a_plugin_error_names_its_flags_as_the_rows_fields_and_keeps_its_other_words():
+    from omegaconf import OmegaConf
+
+    from fairseq_noising.errors import NoisingError
+
+    config = OmegaConf.create(
+        {"task": {"precision": "bf16", "noise_gamma": 0.2}, "common": {"bf16": False, "cpu": True}}
+    )
+    error = NoisingError(
+        "--precision bf16: this cpu lacks bf16 units; --noise-gamma, --no-such-flag and bf16 stay"
+    )
+    assert callback.one_line(error, config) == (
+        "fairseq-noising: error: task.precision bf16: this cpu lacks bf16 units; "
+        "task.noise_gamma, --no-such-flag and bf16 stay"
+    )
+
+
 def _write_pages(sweep_dir, n, errors, trace):
     """Writes the page ``n`` times; each render notes when it starts and ends in ``trace``."""
     import time

@@ -300,11 +300,11 @@ def sweep_argv(config, data, sweep_dir, *overrides):
     ]  # fmt: skip
 
 
-def run_sweep(argv, check=True, timeout=900):
+def run_sweep(argv, check=True, timeout=900, env=CLI_ENV):
     proc = subprocess.run(
         [str(a) for a in argv],
         cwd=REPO,
-        env=CLI_ENV,
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -613,13 +613,15 @@ def test_bad_row_values_stop_the_sweep_with_one_line_each_before_any_row(ptb_tin
 
 
 @pytest.mark.slow
-def test_a_bf16_row_has_its_own_folder_record_and_line_beside_the_fp32_row(ptb_tiny_bin, tmp_path):
+def test_a_bf16_row_has_its_own_folder_record_and_line_beside_the_fp32_row(
+    ptb_tiny_bin, tmp_path, bf16_cpu
+):
     sweep_dir = tmp_path / "sweep"
     rows = ["task={noise_scheme:none,noise_gamma:0}", "task.precision=fp32,bf16"]
     # one after the other in one process (the basic launcher): the second row's precision is
     # its own, not the first's
     one = ["optimization.max_epoch=1", "hydra/launcher=basic"]
-    run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, *rows, *one))
+    run_sweep(sweep_argv("ptb_small", ptb_tiny_bin, sweep_dir, *rows, *one), env=bf16_cpu)
     fp32, bf16 = record_of(sweep_dir / "none-g0-s1"), record_of(sweep_dir / "none-g0-s1-bf16")
     assert (fp32["precision"], fp32["key"]) == ("fp32", "none")
     assert (bf16["precision"], bf16["key"]) == ("bf16", "none@bf16")

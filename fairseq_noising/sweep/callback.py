@@ -7,6 +7,7 @@ process that trains a row, from the start to the page: docs/sweeps.md, "One row"
 import functools
 import logging
 import os
+import re
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -26,13 +27,12 @@ def one_line(e: BaseException, config: Optional[DictConfig] = None) -> str:
     """An exception in one line that names what was wrong, as the row's config names it:
     omegaconf's errors name the field (``full_key``, put first with its group); the plugin's
     (``fairseq-noising: error: --noise-gamma ...``) name a flag, which becomes its field
-    (``task.noise_gamma``)."""
-    from ..errors import PREFIX, error_line
+    (``task.noise_gamma``); their other words stay as they are."""
+    from ..errors import error_line
 
     ours = error_line(e)
     if ours is not None:
-        words = [_field(w, config) for w in ours.removeprefix(PREFIX).split(" ")]
-        return PREFIX + " ".join(words)
+        return re.sub(r"--[A-Za-z][\w-]*", lambda flag: _field(flag.group(), config), ours)
     lines = [s.strip() for s in str(e).strip().splitlines() if s.strip()] or [type(e).__name__]
     key, text = getattr(e, "full_key", None), lines[0]
     if key and "." not in key and config is not None:

@@ -35,12 +35,18 @@ class PrecisionConfig(FairseqDataclass):
     )
 
 
+# the CPU flags of bfloat16 arithmetic, as torch.cpu.get_capabilities names them (x86, then ARM)
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16")
+
+
 def bf16_supported(device: str) -> bool:
-    """Whether ``device`` ("cpu" or "cuda") computes bfloat16 at speed. On the CPU: oneDNN's
-    own test (AVX512-BF16 or AMX; without either PyTorch emulates bf16 in software)."""
+    """Whether ``device`` ("cpu" or "cuda") has bfloat16 arithmetic in hardware. On the CPU: its
+    flags as cpuinfo reads them (AVX512-BF16 or AMX-BF16; on ARM, BF16); without them PyTorch
+    emulates bf16 in software."""
     if device == "cuda":
         return torch.cuda.is_bf16_supported()
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    capabilities = torch.cpu.get_capabilities()
+    return any(capabilities.get(flag, False) for flag in BF16_CPU_FLAGS)
 
 
 def check_training(precision: str, model_cfg) -> None:
