@@ -336,11 +336,11 @@ def test_a_plugin_error_names_its_flags_as_the_rows_fields_and_keeps_its_other_w
         {"task": {"precision": "bf16", "noise_gamma": 0.2}, "common": {"bf16": False, "cpu": True}}
     )
     error = NoisingError(
-        "--precision bf16: this cpu lacks bf16 units; --noise-gamma, --no-such-flag and bf16 stay"
+        "--precision bf16: this cpu lacks bf16 units; --noise-gamma --no-such-flag and bf16 stay"
     )
     assert callback.one_line(error, config) == (
         "fairseq-noising: error: task.precision bf16: this cpu lacks bf16 units; "
-        "task.noise_gamma, --no-such-flag and bf16 stay"
+        "task.noise_gamma --no-such-flag and bf16 stay"
     )
 
 

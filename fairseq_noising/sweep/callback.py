@@ -7,7 +7,6 @@ process that trains a row, from the start to the page: docs/sweeps.md, "One row"
 import functools
 import logging
 import os
-import re
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -27,12 +26,13 @@ def one_line(e: BaseException, config: Optional[DictConfig] = None) -> str:
     """An exception in one line that names what was wrong, as the row's config names it:
     omegaconf's errors name the field (``full_key``, put first with its group); the plugin's
     (``fairseq-noising: error: --noise-gamma ...``) name a flag, which becomes its field
-    (``task.noise_gamma``); their other words stay as they are."""
+    (``task.noise_gamma``) where the word is the flag alone; other words stay as they are."""
     from ..errors import error_line
 
     ours = error_line(e)
     if ours is not None:
-        return re.sub(r"--[A-Za-z][\w-]*", lambda flag: _field(flag.group(), config), ours)
+        words = [_field(w, config) if w.startswith("--") else w for w in ours.split(" ")]
+        return " ".join(words)
     lines = [s.strip() for s in str(e).strip().splitlines() if s.strip()] or [type(e).__name__]
     key, text = getattr(e, "full_key", None), lines[0]
     if key and "." not in key and config is not None:
