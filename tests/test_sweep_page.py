@@ -255,6 +255,23 @@ def test_gamma0_is_the_lowest_evaluated_validation_of_ended_rows(lm_page, drawn)
     assert "![training and validation curves](results-curves.png)" in lm_page.text
 
 
+def test_the_page_says_among_which_gamma0_each_row_was_chosen(lm_page, sweep_of):
+    # evaluated values only: kn 0.4 is training, unigram 0.1 failed; none's 0 is no choice
+    assert (
+        "gamma_0 chosen per row on validation perplexity among the values evaluated (blank 0.1,"
+        " 0.2; bigram Kneser-Ney 0.1, 0.2, 0.3; unigram: one value)." in lm_page.text
+    )
+    one_each = [
+        ended_lm("none", 0, 130.0, 126.0, 131.0),
+        ended_lm("kn", 0.2, 110.0, 104.5, 112.0),
+        ended_lm("kn", 0.2, 111.0, 105.5, 112.0, seed=2),
+        make_row("blank", 0.1, "training", epochs=2, valid_ppl={"1": 95.0}, stop=None),
+    ]
+    text = sweep_of(one_each).text
+    assert "One gamma_0 per row, not chosen on validation: no other value was evaluated." in text
+    assert "The figures are the seeds' mean." in text and "chosen per row" not in text
+
+
 def test_rows_in_the_papers_order_with_the_registry_labels(lm_page):
     assert [r[0] for r in lm_page.main[1:]] == ["none", "blank", "unigram", "bigram Kneser-Ney"]
     assert [r[0] for r in lm_page.every[1:]] == [

@@ -119,6 +119,31 @@ def marks(rows: List[Dict], plateau: Optional[float] = None) -> str:
     return ("" if finished else UNFINISHED) + (INSIDE if inside else "") + PLATEAU * stuck
 
 
+def gamma_choice(groups, seeds: bool) -> str:
+    """What the main table's gamma_0 is: chosen on validation where a row key has several
+    evaluated values (:func:`picked_rows`), the only one where it has not."""
+    values = {
+        k: sorted({r["gamma"] for r in g if evaluated(r)})
+        for k, g in sorted(groups.items(), key=lambda item: paper.row_order(item[0]))
+    }
+    several = [
+        f"{paper.row_label(k)} {', '.join(f'{g:g}' for g in v)}"
+        for k, v in values.items()
+        if len(v) > 1
+    ]
+    one = [paper.row_label(k) for k, v in values.items() if len(v) == 1 and v[0]]
+    mean = " averaged over seeds" if seeds else ""
+    if not several:
+        words = "One gamma_0 per row, not chosen on validation: no other value was evaluated."
+    else:
+        words = (
+            f"gamma_0 chosen per row on validation perplexity{mean} among the values evaluated ("
+            + "; ".join(several)
+            + (f"; {', '.join(one)}: one value)." if one else ").")
+        )
+    return words + (" The figures are the seeds' mean." if seeds else "")
+
+
 def main_table(groups, table: Dict, show_paper: bool, lm: bool, seeds: bool) -> List[str]:
     """One line per row key with an evaluated or training row: the chosen gamma_0's figures
     (marked † short of the protocol, ‡ chosen inside an epoch), the seeds and their spread,

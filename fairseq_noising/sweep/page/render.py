@@ -15,6 +15,7 @@ from .markdown import (
     UNFINISHED,
     duration,
     every_table,
+    gamma_choice,
     main_table,
     seeds_table,
     stops,
@@ -108,7 +109,13 @@ def _epoch_times(rows: List[Dict]) -> str:
 
 
 def _summary(
-    rows: List[Dict], good: List[Dict], table: Dict, lm: bool, seeds: bool, path_as: Sequence[str]
+    rows: List[Dict],
+    good: List[Dict],
+    groups: Dict[str, List[Dict]],
+    table: Dict,
+    lm: bool,
+    seeds: bool,
+    path_as: Sequence[str],
 ) -> List[str]:
     """The title, where the rows are, their data, hardware and time, and what the figures are."""
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -176,9 +183,7 @@ def _summary(
         if lm
         else "Perplexity per target token on valid; BLEU: sacrebleu on detokenized test output "
         "against the raw references; tok BLEU: tokenized against tokenized.",
-        "gamma_0 chosen per row on validation perplexity"
-        + (", averaged over seeds; the figures are the seeds' mean." if seeds else ".")
-        + (" " + table["note"] if table["note"] else ""),
+        gamma_choice(groups, seeds) + (" " + table["note"] if table["note"] else ""),
         "",
     ]
     return lines
@@ -256,7 +261,7 @@ def render(
     for r in good:
         groups.setdefault(r["key"], []).append(r)
     seeds = len({r.get("seed") for r in good}) > 1
-    lines = _summary(rows, good, table, lm, seeds, path_as)
+    lines = _summary(rows, good, groups, table, lm, seeds, path_as)
     if table["paper"] and not show_paper:
         lines += [
             "The paper's figures are left out: these rows did not train on the paper's data "
