@@ -28,11 +28,13 @@ def write_row(
     scheme="kn",
     gamma=0.2,
     progress=None,
+    start_epoch=None,
 ):
     """A row's folder: Hydra's three files (with the interpolations a sweep's config has), its
     progress file and json log (``log``: (tag, record) pairs as fairseq's json log has them,
     after one start from scratch; ``progress``: the progress file's events instead) and, with
-    ``saved``, a checkpoint_last.pt."""
+    ``saved``, a checkpoint_last.pt; ``start_epoch``: its ``--halving-start-epoch`` (unset: a
+    config of before the flag)."""
     hydra_dir = run_dir / ".hydra"
     hydra_dir.mkdir(parents=True)
     (hydra_dir / "config.yaml").write_text(
@@ -64,6 +66,7 @@ def write_row(
               lr_shrink: 0.5
             """
         )
+        + (f"  halving_start_epoch: {start_epoch}\n" if start_epoch is not None else "")
     )
     hydra = {
         "hydra": {

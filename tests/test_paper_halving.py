@@ -9,6 +9,7 @@ docs/paper_halving.md). Resuming: tests/test_paper_halving_resume.py; the real f
 tests/test_paper_halving_train.py.
 """
 
+import logging
 import math
 import re
 import shlex
@@ -77,6 +78,7 @@ def test_registered_with_documented_flags():
         0.5,
         False,
     )
+    assert cfg.halving_start_epoch == 1  # the paper: the rule decides from the first epoch
     cfg = parse(
         "--stop-min-lr",
         "0",
@@ -87,6 +89,8 @@ def test_registered_with_documented_flags():
         "--lr-shrink",
         "0.7",
         "--no-restore-best",
+        "--halving-start-epoch",
+        "6",
     ).lr_scheduler
     assert (cfg.halvings, cfg.halving_threshold, cfg.lr_shrink, cfg.no_restore_best) == (
         3,
@@ -94,6 +98,7 @@ def test_registered_with_documented_flags():
         0.7,
         True,
     )
+    assert cfg.halving_start_epoch == 6
 
 
 @pytest.mark.slow
@@ -128,6 +133,7 @@ def test_refuses_a_stop_min_lr_that_stops_before_the_last_halved_rate():
         (dict(maximize_best_checkpoint_metric=True), "maximize-best-checkpoint-metric"),
         (dict(disable_validation=True), "disable-validation"),
         (dict(halvings=0), "--halvings must be >= 1 (got 0)"),
+        (dict(halving_start_epoch=0), "--halving-start-epoch must be >= 1 (got 0)"),
         (dict(lr_shrink=1.0), "--lr-shrink must be in (0, 1) (got 1.0)"),
         (dict(halving_threshold=1.5), "--halving-threshold must be in (0, 1) (got 1.5)"),
         (dict(halving_threshold=0.01, sentence_avg=True), "best-checkpoint-metric nll_loss"),
@@ -326,3 +332,38 @@ def test_threshold_rule_restores_and_halves_on_a_worse_epoch():
     best = params(model)
     train_a_bit(scheduler, model, 2)
     assert scheduler.step(2, 7.5) == 0.5 and same(params(model), best)
+
+
+# ---------------------------------------------------------------------------- --halving-start-epoch
+def test_before_the_start_epoch_nothing_halves_and_nothing_is_restored(caplog):
+    """--halving-start-epoch 4, the plateau rule, by hand: epochs 2 and 3 are worse than epoch 1
+    but come before epoch 4 (lr 1, their own parameters); epoch 4 improves on epoch 1; epoch 5 is
+    worse: the first halving, back to epoch 4's parameters."""
+    scheduler, model = build(halving_start_epoch=4)
+    train_a_bit(scheduler, model, 1)
+    assert scheduler.step(1, 5.0) == 1.0
+    for epoch, loss in ((2, 5.5), (3, 5.2)):
+        train_a_bit(scheduler, model, epoch)
+        own = params(model)
+        with caplog.at_level(logging.INFO):
+            assert scheduler.step(epoch, loss) == 1.0
+        assert same(params(model), own) and scheduler.halvings == 0
+        assert scheduler.best_epoch == 1
+    assert caplog.text.count("lr stays 1, parameters kept: the rule decides from epoch 4 on") == 2
+    train_a_bit(scheduler, model, 4)
+    best = params(model)
+    assert scheduler.step(4, 4.8) == 1.0 and scheduler.best_epoch == 4
+    train_a_bit(scheduler, model, 5)
+    assert scheduler.step(5, 4.9) == 0.5 and same(params(model), best)
+    assert scheduler.halvings == 1
+
+
+def test_threshold_rule_starts_no_earlier_than_the_start_epoch():
+    scheduler, model = build(halving_threshold=0.01, halving_start_epoch=5)
+    # 200 -> 150 -> 148 -> 147 (0.68% < 1%, but epoch 4 < 5: held) -> 100 (32%) -> 101 (worse:
+    # the rule starts, halving 1) -> 90 (halving 2: every epoch from the start on)
+    ppls = [200.0, 150.0, 148.0, 147.0, 100.0, 101.0, 90.0]
+    trained = run_protocol(scheduler, model, [bits(p) for p in ppls])
+    assert [lr for _, lr in trained] == [1, 1, 1, 1, 1, 1, 0.5]
+    assert scheduler.optimizer.get_lr() == 0.25 and scheduler.halving_started
+    assert scheduler.best == bits(90.0)

@@ -253,6 +253,21 @@ def test_resume_replays_the_decision_the_checkpoint_was_saved_before(losses, tmp
         assert resumed.optimizer.get_lr() == 0.0
 
 
+@pytest.mark.parametrize("losses", [[5.0, 5.5, 5.2], [5.0, 5.5, 5.2, 4.8, 4.9]])
+def test_resume_with_a_start_epoch_replays_what_it_held_and_what_it_halved(losses, tmp_path):
+    """--halving-start-epoch 4: resumed before epoch 3's decision (held: epoch 3 keeps its own
+    parameters, lr 1) or before epoch 5's (the first halving: back to epoch 4's parameters, read
+    from checkpoint_best.pt), the resumed run is the uninterrupted one."""
+    live, model = build(halving_start_epoch=4)
+    for epoch, loss in enumerate(losses, 1):
+        checkpoint = fairseq_epoch(live, model, epoch, loss, tmp_path)
+    assert live.halvings == (len(losses) == 5)
+    resumed, resumed_model, _ = resume(checkpoint, tmp_path, halving_start_epoch=4)
+    assert resumed.optimizer.get_lr() == live.optimizer.get_lr()
+    assert (resumed.halvings, resumed.best_epoch) == (live.halvings, live.best_epoch)
+    assert same(params(resumed_model), params(model))
+
+
 VERSION_2 = os.path.join(os.path.dirname(__file__), "data", "paper_halving_v2")
 
 

@@ -46,6 +46,29 @@ def test_fairseq_train_trains_at_lr_over_256_then_stops(ptb_tiny_bin, tmp_path):
     assert (save / "checkpoint_best.pt").exists()
 
 
+def test_fairseq_train_decides_nothing_before_the_start_epoch(ptb_tiny_bin, tmp_path):
+    """The forced plateau with --halvings 2 --halving-start-epoch 4: epochs 2 and 3 tie with
+    epoch 1 but come before epoch 4 (lr stays); halvings after epochs 4 and 5; the stop after
+    epoch 6."""
+    save = tmp_path / "ckpt"
+    argv = train_argv(ptb_tiny_bin, save, "--max-epoch", 30, "--halvings", 2)
+    proc = run_cli(["fairseq-train", *argv, "--halving-start-epoch", 4], env=CLI_ENV)
+    log = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert decisions(log) == [
+        ("1", "", ""),
+        ("2", "", ""),
+        ("3", "", ""),
+        ("4", "1", ""),
+        ("5", "2", ""),
+        ("6", "", "stop"),
+    ]
+    assert log.count("the rule decides from epoch 4 on (--halving-start-epoch)") == 2
+    assert epoch_lrs(log) == pytest.approx(
+        {1: 1e-9, 2: 1e-9, 3: 1e-9, 4: 1e-9, 5: 5e-10, 6: 2.5e-10}
+    )
+
+
 @pytest.mark.parametrize("second", [6.0, 5.0], ids=["worse", "tie"])
 def test_fairseq_train_non_improving_epoch_restores_the_weights_of_checkpoint_best(
     second, ptb_tiny_bin, tmp_path, caplog, monkeypatch

@@ -57,6 +57,10 @@ def test_between_epochs_a_row_is_at_the_rate_its_next_epoch_trains_at(tmp_path):
     log[-2] = valid(3, 3.9, 15.0)
     row = record.read(str(write_row(tmp_path / "kn2", log=log, saved=saved)))
     assert record.position_words(row) == "after epoch 3, lr 1, 0 of 2 halvings"
+    # with --halving-start-epoch 4, epoch 3's worse validation halves nothing
+    log[-2], saved = valid(3, 4.5, 22.6), checkpoint(HALVED[:2], epoch=4, val_loss=4.5, updates=30)
+    row = record.read(str(write_row(tmp_path / "kn3", log=log, saved=saved, start_epoch=4)))
+    assert record.position_words(row) == "after epoch 3, lr 1, 0 of 2 halvings"
 
 
 def test_a_rows_epoch_time_is_the_median_of_fairseqs_per_epoch_training_times(tmp_path):

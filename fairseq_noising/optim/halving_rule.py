@@ -30,6 +30,7 @@ class Decision(NamedTuple):
     halve: bool = False
     rel: Optional[float] = None  # threshold rule: the relative perplexity improvement
     previous: Optional[dict] = None  # the best before
+    held: bool = False  # it would halve, but comes before --halving-start-epoch
 
 
 def decide(p: Progress, v: dict, cfg) -> Decision:
@@ -37,8 +38,8 @@ def decide(p: Progress, v: dict, cfg) -> Decision:
 
     At an epoch's end: an improvement becomes the best; otherwise the rate halves (the threshold
     rule: from the first epoch that improves by less than ``halving_threshold`` on, every
-    epoch). A tie also becomes the best, because fairseq's ``checkpoint_best.pt`` takes it (its
-    test is <=). Inside an epoch: a value not above the best becomes the best (fairseq wrote
+    epoch), but not before ``halving_start_epoch`` (``held``). A tie also becomes the best,
+    because fairseq's ``checkpoint_best.pt`` takes it (its test is <=). Inside an epoch: a value not above the best becomes the best (fairseq wrote
     ``checkpoint_best.pt`` there), nothing else changes. After the last halving: ignored."""
     prev, loss = p.best, v["loss"]
     if p.halvings > cfg.halvings:
@@ -52,18 +53,19 @@ def decide(p: Progress, v: dict, cfg) -> Decision:
     tie = not improved and prev is not None and loss == prev["loss"]
     if improved or tie:
         p.best = v
-    rel = None
+    rel, waiting = None, v.get("epoch") is not None and v["epoch"] < cfg.halving_start_epoch
     if cfg.halving_threshold is None:
-        halve = not improved
+        due = not improved
     else:
         rel = relative_ppl_improvement(p.last, loss, cfg.best_checkpoint_metric)
-        p.started |= not improved or (rel is not None and rel < cfg.halving_threshold)
-        halve = p.started
+        due = p.started or not improved or (rel is not None and rel < cfg.halving_threshold)
+    halve = due and not waiting
+    p.started |= halve and cfg.halving_threshold is not None
     p.last = loss
     p.halvings += halve
     if improved:
-        return Decision("improves" if prev else "first", halve, rel, prev)
-    return Decision("tie" if tie else "worse" if prev else "nan", halve, rel, prev)
+        return Decision("improves" if prev else "first", halve, rel, prev, due and waiting)
+    return Decision("tie" if tie else "worse" if prev else "nan", halve, rel, prev, due and waiting)
 
 
 def replay(validations: List[dict], cfg) -> Progress:
@@ -118,6 +120,8 @@ def refuse_unworkable(cfg):
         )
     if cfg.halvings < 1:
         raise refusal(f"--halvings must be >= 1 (got {cfg.halvings})")
+    if cfg.halving_start_epoch < 1:
+        raise refusal(f"--halving-start-epoch must be >= 1 (got {cfg.halving_start_epoch})")
     if not 0.0 < cfg.lr_shrink < 1.0:
         raise refusal(f"--lr-shrink must be in (0, 1) (got {cfg.lr_shrink})")
     if cfg.stop_min_lr < 0:
@@ -179,7 +183,12 @@ def describe(v: dict, d: Decision, p: Progress, cfg, lr_before: float, restored:
     if d.rel is not None:
         what += f", relative perplexity improvement {d.rel:.4%}"
     msg = f"paper_halving: epoch {v['epoch']}: valid {metric} {v['loss']:.6g} {what}"
-    if not d.halve:
+    if d.held:
+        msg += (
+            f"; lr stays {lr_before:g}, parameters kept: the rule decides from epoch "
+            f"{cfg.halving_start_epoch} on (--halving-start-epoch)"
+        )
+    elif not d.halve:
         msg += f"; lr stays {lr_before:g}"
     elif p.halvings > cfg.halvings:
         msg += (

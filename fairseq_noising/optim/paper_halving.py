@@ -42,6 +42,14 @@ class PaperHalvingLRScheduleConfig(FairseqDataclass):
             "every epoch that does not improve on the best (language modelling)"
         },
     )
+    halving_start_epoch: int = field(
+        default=1,
+        metadata={
+            "help": "the rule decides from this epoch's validation on: before it, an epoch that "
+            "would halve keeps the learning rate and its own parameters (the best epoch is still "
+            "tracked); 1: from the first epoch, as in the paper"
+        },
+    )
     lr_shrink: float = field(
         default=0.5, metadata={"help": "factor applied to the learning rate at each halving"}
     )
@@ -137,6 +145,7 @@ class PaperHalvingLRSchedule(FairseqLRScheduler):
                 f"paper_halving: epoch {v['epoch']} came after the last halving; ignored"
             )
         elif decision.kind != "inside":
-            restored = self.best_copy.update(is_best=self.progress.best is v)
+            is_best = self.progress.best is v
+            restored = self.best_copy.update(is_best) if is_best or decision.halve else False
             logger.info(rule.describe(v, decision, self.progress, self.cfg, lr_before, restored))
         self._decided(self.progress)

@@ -66,6 +66,7 @@ def halving_progress(cfg: Dict, saved: Optional[Dict]):
     rule_cfg = SimpleNamespace(
         halvings=int(sched["halvings"]),
         halving_threshold=sched["halving_threshold"],
+        halving_start_epoch=int(sched["halving_start_epoch"]),
         lr=list(cfg["optimization"]["lr"]),
         lr_shrink=float(sched["lr_shrink"]),
         best_checkpoint_metric=cfg["checkpoint"]["best_checkpoint_metric"],
