@@ -58,11 +58,12 @@ def scheduler_cfg(**overrides):
     """``cfg.lr_scheduler`` of that command line, without the parser, in a config of fairseq's
     defaults (the trainer's whole config, which the hook reads); ``overrides`` set scheduler
     options (``halvings=2`` is ``--halvings 2``; the II-linked ones such as ``stop_min_lr`` too),
-    else options of the groups that the hook reads (``save_dir``, ``disable_validation``)."""
+    else options of the groups that the hook reads (``save_dir``, ``disable_validation``,
+    ``max_epoch``)."""
     root = OmegaConf.structured(FairseqConfig())
     root.lr_scheduler = PaperHalvingLRScheduleConfig(_name="paper_halving", **FAIRSEQ_VALUES)
     for key, value in overrides.items():
-        groups = ("lr_scheduler", "checkpoint", "distributed_training", "dataset")
+        groups = ("lr_scheduler", "checkpoint", "distributed_training", "dataset", "optimization")
         OmegaConf.update(root, f"{next(g for g in groups if key in root[g])}.{key}", value)
     return root.lr_scheduler
 

@@ -134,6 +134,10 @@ def test_refuses_a_stop_min_lr_that_stops_before_the_last_halved_rate():
         (dict(disable_validation=True), "disable-validation"),
         (dict(halvings=0), "--halvings must be >= 1 (got 0)"),
         (dict(halving_start_epoch=0), "--halving-start-epoch must be >= 1 (got 0)"),
+        (
+            dict(halving_start_epoch=11, max_epoch=10),
+            "--halving-start-epoch 11 comes after --max-epoch 10: the rule would never decide",
+        ),
         (dict(lr_shrink=1.0), "--lr-shrink must be in (0, 1) (got 1.0)"),
         (dict(halving_threshold=1.5), "--halving-threshold must be in (0, 1) (got 1.5)"),
         (dict(halving_threshold=0.01, sentence_avg=True), "best-checkpoint-metric nll_loss"),
@@ -359,6 +363,7 @@ def test_before_the_start_epoch_nothing_halves_and_nothing_is_restored(caplog):
 
 
 def test_threshold_rule_starts_no_earlier_than_the_start_epoch():
+    build(halving_start_epoch=10, max_epoch=10)  # the last epoch may be the first decided
     scheduler, model = build(halving_threshold=0.01, halving_start_epoch=5)
     # 200 -> 150 -> 148 -> 147 (0.68% < 1%, but epoch 4 < 5: held) -> 100 (32%) -> 101 (worse:
     # the rule starts, halving 1) -> 90 (halving 2: every epoch from the start on)

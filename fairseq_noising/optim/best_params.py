@@ -99,6 +99,12 @@ def on_load_checkpoint(trainer, extra_state):
         return
     if cfg.dataset.disable_validation:
         raise rule.refusal("needs the validation loss after every epoch; drop --disable-validation")
+    start, last = cfg.lr_scheduler.halving_start_epoch, cfg.optimization.max_epoch
+    if 0 < last < start:
+        raise rule.refusal(
+            f"--halving-start-epoch {start} comes after --max-epoch {last}: the rule would never "
+            "decide; lower it or raise --max-epoch"
+        )
     try:
         files = fairseq_compat.checkpoint_files(cfg.checkpoint, cfg.distributed_training)
     except ValueError as e:
