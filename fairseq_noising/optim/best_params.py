@@ -99,7 +99,7 @@ def on_load_checkpoint(trainer, extra_state):
         return
     if cfg.dataset.disable_validation:
         raise rule.refusal("needs the validation loss after every epoch; drop --disable-validation")
-    start, last = cfg.lr_scheduler.halving_start_epoch, cfg.optimization.max_epoch
+    start, last = getattr(cfg.lr_scheduler, "halving_start_epoch", 1), cfg.optimization.max_epoch
     if 0 < last < start:
         raise rule.refusal(
             f"--halving-start-epoch {start} comes after --max-epoch {last}: the rule would never "
