@@ -39,8 +39,9 @@ def decide(p: Progress, v: dict, cfg) -> Decision:
     At an epoch's end: an improvement becomes the best; otherwise the rate halves (the threshold
     rule: from the first epoch that improves by less than ``halving_threshold`` on, every
     epoch), but not before ``halving_start_epoch`` (``held``). A tie also becomes the best,
-    because fairseq's ``checkpoint_best.pt`` takes it (its test is <=). Inside an epoch: a value not above the best becomes the best (fairseq wrote
-    ``checkpoint_best.pt`` there), nothing else changes. After the last halving: ignored."""
+    because fairseq's ``checkpoint_best.pt`` takes it (its test is <=). Inside an epoch: a value
+    not above the best becomes the best (fairseq wrote ``checkpoint_best.pt`` there), nothing
+    else changes. After the last halving: ignored."""
     prev, loss = p.best, v["loss"]
     if p.halvings > cfg.halvings:
         return Decision("ignored", previous=prev)
@@ -59,13 +60,13 @@ def decide(p: Progress, v: dict, cfg) -> Decision:
     else:
         rel = relative_ppl_improvement(p.last, loss, cfg.best_checkpoint_metric)
         due = p.started or not improved or (rel is not None and rel < cfg.halving_threshold)
-    halve = due and not waiting
+    halve, held = due and not waiting, due and waiting
     p.started |= halve and cfg.halving_threshold is not None
     p.last = loss
     p.halvings += halve
     if improved:
-        return Decision("improves" if prev else "first", halve, rel, prev, due and waiting)
-    return Decision("tie" if tie else "worse" if prev else "nan", halve, rel, prev, due and waiting)
+        return Decision("improves" if prev else "first", halve, rel, prev, held)
+    return Decision("tie" if tie else "worse" if prev else "nan", halve, rel, prev, held)
 
 
 def replay(validations: List[dict], cfg) -> Progress:

@@ -132,12 +132,12 @@ def gamma_choice(groups, seeds: bool) -> str:
         if len(v) > 1
     ]
     one = [paper.row_label(k) for k, v in values.items() if len(v) == 1 and v[0]]
-    mean = " averaged over seeds" if seeds else ""
+    averaged = " averaged over seeds" if seeds else ""
     if not several:
         words = "One gamma_0 per row, not chosen on validation: no other value was evaluated."
     else:
         words = (
-            f"gamma_0 chosen per row on validation perplexity{mean} among the values evaluated ("
+            f"gamma_0 chosen per row on validation perplexity{averaged} among the values evaluated ("
             + "; ".join(several)
             + (f"; {', '.join(one)}: one value)." if one else ").")
         )
