@@ -558,6 +558,29 @@ def test_cli_writes_the_page_and_copies_each_rows_files(tmp_path, monkeypatch, c
     assert all(f"\n    {c}\n" in text for c in commands)
 
 
+def test_cli_with_the_sweeps_config_folder_gone_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    gone = tmp_path / "worktree-removed" / "recipes" / "config"
+    rows = [dict(ended_lm("kn", 0.2, 110.0, 104.5, 112.0), config_dir=str(gone))]
+    monkeypatch.setattr(record, "read_sweep", lambda sweep_dir: rows)
+    (tmp_path / "sweep").mkdir()
+    out = tmp_path / "page.md"
+    argv = [str(tmp_path / "sweep"), "--out", str(out), "--table", "ptb_medium"]
+    with pytest.raises(SystemExit) as stop:
+        page.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(
+        f"error: --table ptb_medium: the config folder {gone} does not exist; pass the one "
+        "that holds the table's config with --config-dir"
+    )
+    assert not out.exists()
+    # the folder it names: the page is written
+    config = Path(__file__).resolve().parents[1] / "recipes" / "config"
+    monkeypatch.setattr(tables, "train_sentences", lambda cfg, cwd: PTB_LINES)
+    assert page.main([*argv, "--config-dir", str(config)]) == 0
+    assert read_page(out).text.startswith("# Penn Treebank, medium model (paper Table 2)\n")
+
+
 @pytest.mark.parametrize(
     "make", [lambda p: (p / "run").mkdir(), lambda p: None], ids=["a run folder", "empty"]
 )

@@ -14,7 +14,13 @@ from ...errors import NoisingError
 
 def from_config(name: str, config_dir: str) -> Dict:
     """The table of the config ``name`` in ``config_dir`` (Hydra's composition, so that a table
-    given by a config group counts); a NoisingError for a name that is no config there."""
+    given by a config group counts); a NoisingError for a folder that is gone (a sweep's worktree
+    removed since) or a name that is no config there."""
+    if not os.path.isdir(config_dir):
+        raise NoisingError(
+            f"--table {name}: the config folder {config_dir} does not exist; "
+            "pass the one that holds the table's config with --config-dir"
+        )
     path = os.path.join(config_dir, f"{name}.yaml")
     if not os.path.isfile(path):
         known = sorted(f[:-5] for f in os.listdir(config_dir) if f.endswith(".yaml"))
