@@ -47,7 +47,7 @@ def bf16_cpu(monkeypatch):
     check is told its flags have AVX512-BF16 and oneDNN is off, PyTorch's own kernels emulating
     (``tests/bf16_cpu/``): the plugin's bf16 behaviour is tested on any CPU. The check itself is
     tested against /proc/cpuinfo, its refusal with the flags mocked."""
-    import types
+    import importlib.util
 
     import torch
 
@@ -55,9 +55,11 @@ def bf16_cpu(monkeypatch):
 
     if precision.bf16_supported("cpu"):
         return CLI_ENV
-    flags = {**torch.cpu.get_capabilities(), "avx512_bf16": True}
-    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: types.MappingProxyType(flags))
-    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    spec = importlib.util.spec_from_file_location("bf16_cpu", BF16_CPU / "sitecustomize.py")
+    emulation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulation)
+    for target, name, value in emulation.patches(torch):
+        monkeypatch.setattr(target, name, value)
     path = [str(BF16_CPU), *filter(None, [CLI_ENV.get("PYTHONPATH")])]
     return {**CLI_ENV, "PYTHONPATH": os.pathsep.join(path)}
 
