@@ -569,9 +569,9 @@ def test_cli_with_the_sweeps_config_folder_gone_says_so_in_one_line(tmp_path, mo
         page.main(argv)
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.endswith(
-        f"error: --table ptb_medium: the config folder {gone} does not exist; pass the one "
-        "that holds the table's config with --config-dir"
+    assert err == (
+        f"fairseq-noise-page: error: --table ptb_medium: the config folder {gone} does not "
+        "exist; pass the one that holds the table's config with --config-dir"
     )
     assert not out.exists()
     # the folder it names: the page is written

@@ -185,7 +185,7 @@ def main(argv=None) -> int:
             ],
         )
     except NoisingError as e:
-        parser.error(str(e))
+        parser.error(e.message)
     if path is None:
         parser.error(f"SWEEP_DIR {args.sweep_dir} holds no row records (row.json)")
     print(f"wrote {path}")
