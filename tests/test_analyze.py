@@ -37,6 +37,7 @@ from fairseq_noising.errors import NoisingError
 pytestmark = pytest.mark.xdist_group("analyze")
 
 BLOCK = TOKENS_PER_SAMPLE  # the tiny model's --tokens-per-sample
+SHARPER = 50.0  # mc-eval's oracle: the tiny model's output layer scaled by this
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,6 +326,55 @@ def test_mc_eval_with_one_clean_sample_is_the_plain_evaluation(tiny, reference):
     assert r["positions"] == len(nll)
     np.testing.assert_allclose(r["ppl"], math.exp(nll.mean()), rtol=1e-5)
     assert r["plain_seconds"] > 0 and r["mc_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_mc_eval_averages_the_probabilities_of_the_noised_copies(tiny, reference, tmp_path):
+    """K = 3 copies of the checkpoint's own noise (unigram 0.2, the noiser its training task
+    builds): p_MC(y) = mean over k of p(y | noised context k), computed here block by block
+    (ids = block index, positions = columns, epochs 1..K) with the model itself; the tool
+    batches 5 blocks. The model's output layer is scaled up so that its predictions depend on
+    the context enough for the mean of the log-probabilities to differ from it."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_noising.checkpoint_safety import read_checkpoint
+
+    state = read_checkpoint(str(tiny["ckpt"]))
+    weight = "decoder.output_projection.weight"
+    state["model"][weight] = state["model"][weight] * SHARPER
+    sharp = tmp_path / "sharp.pt"
+    torch.save(state, sharp)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(sharp)], arg_overrides={"data": str(tiny["data"])}
+    )
+    model = models[0].eval()
+    task.load_dataset("train")
+    noiser = task.dataset("train").noisers["target"]
+    argv = ["mc-eval", sharp, "--data", tiny["data"], "--cpu", "--log-format", "none"]
+    r = run([*argv, "--samples", 3, "--seed", task.args.seed, "--batch-size", 5])["models"][0]
+    assert (r["test_scheme"], r["test_gamma"], r["samples"]) == ("unigram", 0.2, 3)
+
+    stream = reference["stream"]("test")
+    s = [reference["dict"].eos()] + stream
+    mc, log_mean = [], []
+    with torch.no_grad():
+        for i, start in enumerate(range(0, len(stream), BLOCK)):
+            context = np.array([s[start : start + BLOCK]])
+            target = torch.tensor(stream[start : start + BLOCK])
+            lps = []
+            for epoch in (1, 2, 3):
+                cols = np.arange(context.shape[1])[None, :]
+                noised = noiser(context, None, np.array([i]), cols, epoch).context
+                net = model(torch.from_numpy(noised), src_lengths=None)
+                lp = model.get_normalized_probs(net, log_probs=True)[0].double()
+                lps.append(lp.gather(-1, target[:, None])[:, 0])
+            mc.append(-torch.stack(lps).exp().mean(0).log())
+            log_mean.append(-torch.stack(lps).mean(0))
+    mc, log_mean = torch.cat(mc).numpy(), torch.cat(log_mean).numpy()
+    assert r["positions"] == len(mc)
+    np.testing.assert_allclose(r["mc_ppl"], math.exp(mc.mean()), rtol=1e-5)
+    # what the test tells apart: the mean of the probabilities, not of the log-probabilities
+    assert abs(math.exp(log_mean.mean()) / math.exp(mc.mean()) - 1) > 1e-3
 
 
 @pytest.mark.slow
