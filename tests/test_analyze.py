@@ -328,49 +328,97 @@ def test_mc_eval_with_one_clean_sample_is_the_plain_evaluation(tiny, reference):
     assert r["plain_seconds"] > 0 and r["mc_seconds"] > 0
 
 
-@pytest.mark.slow
-def test_mc_eval_averages_the_probabilities_of_the_noised_copies(tiny, reference, tmp_path):
-    """K = 3 copies of the checkpoint's own noise (unigram 0.2, the noiser its training task
-    builds): p_MC(y) = mean over k of p(y | noised context k), computed here block by block
-    (ids = block index, positions = columns, epochs 1..K) with the model itself; the tool
-    batches 5 blocks. The model's output layer is scaled up so that its predictions depend on
-    the context enough for the mean of the log-probabilities to differ from it."""
+@pytest.fixture(scope="module")
+def sharp(tiny, tmp_path_factory):
+    """The tiny checkpoint with its output layer scaled up (its predictions then depend on the
+    context enough for a mean of log-probabilities to differ from one of probabilities), its
+    model, and the noiser its training task builds (unigram 0.2, its seed)."""
     from fairseq import checkpoint_utils
 
+    import fairseq_noising.models  # noqa: F401  (registers with fairseq)
+    import fairseq_noising.tasks  # noqa: F401  (registers with fairseq)
     from fairseq_noising.checkpoint_safety import read_checkpoint
 
     state = read_checkpoint(str(tiny["ckpt"]))
     weight = "decoder.output_projection.weight"
     state["model"][weight] = state["model"][weight] * SHARPER
-    sharp = tmp_path / "sharp.pt"
-    torch.save(state, sharp)
+    path = tmp_path_factory.mktemp("sharp") / "sharp.pt"
+    torch.save(state, path)
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(sharp)], arg_overrides={"data": str(tiny["data"])}
+        [str(path)], arg_overrides={"data": str(tiny["data"])}
     )
-    model = models[0].eval()
     task.load_dataset("train")
     noiser = task.dataset("train").noisers["target"]
-    argv = ["mc-eval", sharp, "--data", tiny["data"], "--cpu", "--log-format", "none"]
-    r = run([*argv, "--samples", 3, "--seed", task.args.seed, "--batch-size", 5])["models"][0]
-    assert (r["test_scheme"], r["test_gamma"], r["samples"]) == ("unigram", 0.2, 3)
+    return {"path": path, "model": models[0].eval(), "noiser": noiser, "seed": task.args.seed}
 
-    stream = reference["stream"]("test")
-    s = [reference["dict"].eos()] + stream
-    mc, log_mean = [], []
-    with torch.no_grad():
-        for i, start in enumerate(range(0, len(stream), BLOCK)):
-            context = np.array([s[start : start + BLOCK]])
-            target = torch.tensor(stream[start : start + BLOCK])
-            lps = []
-            for epoch in (1, 2, 3):
-                cols = np.arange(context.shape[1])[None, :]
-                noised = noiser(context, None, np.array([i]), cols, epoch).context
-                net = model(torch.from_numpy(noised), src_lengths=None)
-                lp = model.get_normalized_probs(net, log_probs=True)[0].double()
-                lps.append(lp.gather(-1, target[:, None])[:, 0])
-            mc.append(-torch.stack(lps).exp().mean(0).log())
-            log_mean.append(-torch.stack(lps).mean(0))
-    mc, log_mean = torch.cat(mc).numpy(), torch.cat(log_mean).numpy()
+
+@torch.no_grad()
+def mc_reference(model, rows, noised_rows, targets, pad, samples):
+    """-log of the mean over ``samples`` copies of p(target | noised row k), each row in one
+    forward pass from a zero state, and the same with the log-probabilities averaged instead;
+    over the real targets."""
+    lps = []
+    for k in range(samples):
+        src = torch.from_numpy(np.stack([noised_rows(r, k + 1) for r in range(rows)]))
+        net = model(src, src_lengths=None)
+        lp = model.get_normalized_probs(net, log_probs=True).double()
+        lps.append(lp.gather(-1, targets[..., None])[..., 0])
+    lps, real = torch.stack(lps), targets != pad
+    mc = -(lps.exp().mean(0).log())[real]
+    return mc.numpy(), -(lps.mean(0)[real]).numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["stateless", "stateful"])
+def test_mc_eval_averages_the_probabilities_of_the_noised_copies(sharp, tiny, reference, mode):
+    """K = 3 copies of the checkpoint's own noise: p_MC(y) = mean over k of p(y | noised context
+    k), computed here by feeding the noised contexts by hand: stateless, block by block (id =
+    block index, positions = columns); stateful, whole rows in one pass, each block of a row
+    noised with its dataset id (block x rows + row) and its columns, so that each copy carries its
+    own state. Epochs 1..K, as the tool draws them."""
+    rows = 4 if mode == "stateful" else 1
+    argv = ["mc-eval", sharp["path"], "--data", tiny["data"], "--cpu", "--log-format", "none"]
+    argv += ["--samples", 3, "--seed", sharp["seed"], "--eval-mode", mode, "--batch-size", 5]
+    if mode == "stateful":
+        argv[-1] = rows
+    r = run(argv)["models"][0]
+    assert (r["test_scheme"], r["test_gamma"], r["samples"]) == ("unigram", 0.2, 3)
+    assert r["stateful"] == (mode == "stateful")
+
+    stream, pad = reference["stream"]("test"), reference["dict"].pad()
+    if mode == "stateless":  # one row of blocks, each from a zero state
+        context = np.array([reference["dict"].eos()] + stream[:-1])
+        blocks = range(0, len(stream), BLOCK)
+        mc, log_mean = [], []
+        for i, start in enumerate(blocks):
+            ctx = context[None, start : start + BLOCK]
+            cols = np.arange(ctx.shape[1])[None, :]
+
+            def noised(row, epoch, ctx=ctx, cols=cols, i=i):
+                return sharp["noiser"](ctx, None, np.array([i]), cols, epoch).context[0]
+
+            target = torch.tensor([stream[start : start + BLOCK]])
+            a, b = mc_reference(sharp["model"], 1, noised, target, pad, 3)
+            mc.append(a)
+            log_mean.append(b)
+        mc, log_mean = np.concatenate(mc), np.concatenate(log_mean)
+    else:  # rows of the stream, its end padded, every token but the first scored
+        length = -(-(len(stream) - 1) // rows)
+        padded = np.concatenate([stream, np.full(rows * length + 1 - len(stream), pad)])
+        src = padded[: rows * length].reshape(rows, length)
+        target = torch.tensor(padded[1 : rows * length + 1].reshape(rows, length))
+
+        def noised(row, epoch):
+            out = []
+            for block, start in enumerate(range(0, length, BLOCK)):
+                ctx = src[row : row + 1, start : start + BLOCK]
+                cols = np.arange(ctx.shape[1])[None, :]
+                ids = np.array([block * rows + row])
+                out.append(sharp["noiser"](ctx, None, ids, cols, epoch).context[0])
+            return np.concatenate(out)
+
+        mc, log_mean = mc_reference(sharp["model"], rows, noised, target, pad, 3)
+
     assert r["positions"] == len(mc)
     np.testing.assert_allclose(r["mc_ppl"], math.exp(mc.mean()), rtol=1e-5)
     # what the test tells apart: the mean of the probabilities, not of the log-probabilities
