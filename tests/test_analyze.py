@@ -376,11 +376,10 @@ def test_mc_eval_averages_the_probabilities_of_the_noised_copies(sharp, tiny, re
     block index, positions = columns); stateful, whole rows in one pass, each block of a row
     noised with its dataset id (block x rows + row) and its columns, so that each copy carries its
     own state. Epochs 1..K, as the tool draws them."""
-    rows = 4 if mode == "stateful" else 1
+    rows = 4  # the stateful mode's rows; stateless, the tool batches 5 blocks
     argv = ["mc-eval", sharp["path"], "--data", tiny["data"], "--cpu", "--log-format", "none"]
-    argv += ["--samples", 3, "--seed", sharp["seed"], "--eval-mode", mode, "--batch-size", 5]
-    if mode == "stateful":
-        argv[-1] = rows
+    argv += ["--samples", 3, "--seed", sharp["seed"], "--eval-mode", mode]
+    argv += ["--batch-size", rows if mode == "stateful" else 5]
     r = run(argv)["models"][0]
     assert (r["test_scheme"], r["test_gamma"], r["samples"]) == ("unigram", 0.2, 3)
     assert r["stateful"] == (mode == "stateful")
